@@ -1,0 +1,1 @@
+"""The backends: ``memory`` (always available), ``postgres`` and ``mongo`` (extras)."""

@@ -1,0 +1,700 @@
+"""The in-memory driver: the whole JobDriver contract in one process, for tests and demos.
+
+It keeps every rule the database drivers keep (same refusals through
+:mod:`jobcore.validate`, payloads stored as their JSON text, time only from its clock)
+and is fast enough that application test suites do not notice it. One lock guards
+all state, so many threads may claim, heartbeat and settle at once; wake-ups are
+delivered to subscribers after the lock is released.
+
+Claimable jobs sit in per-queue heaps: ``_due`` ordered by (-priority, run_at, seq)
+and ``_later`` ordered by run_at, plus ``_leases`` ordered by lease expiry. Heap
+entries are never removed in place; an entry is checked against its row when popped
+and dropped when stale.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobcore.clock import Clock, SystemClock, to_millis
+from jobcore.driver import Duration
+from jobcore.errors import (
+    JobDuplicate,
+    JobNotFound,
+    JobNotPromotable,
+    JobNotRemovable,
+    JobNotRequeueable,
+    JobNotResumable,
+    OptionInvalid,
+    UrlInvalid,
+)
+from jobcore.records import (
+    FINISHED_STATES,
+    LIVE_STATES,
+    BulkResult,
+    Claimed,
+    ClaimResult,
+    ClaimToken,
+    Job,
+    JobError,
+    JobFilter,
+    JobState,
+    Page,
+    RescueResult,
+    Stats,
+)
+from jobcore import validate as v
+
+__all__ = ["MemoryDriver"]
+
+READY, SCHEDULED, RUNNING, SUSPENDED = JobState.READY, JobState.SCHEDULED, JobState.RUNNING, JobState.SUSPENDED
+DONE, FAILED, DEAD, CANCELLED = JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELLED
+
+LEASE_EXPIRED = "LeaseExpired"
+LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
+LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
+
+
+class _Row:
+    """One stored job; mutated only under the driver's lock."""
+
+    __slots__ = (
+        "attempt", "attempted_at", "claim_no", "created_at", "errors", "finished_at", "key",
+        "lease_expires_at", "max_attempts", "name", "payload", "priority", "queue", "result",
+        "run_at", "seq", "state", "worker_id",
+    )
+
+    def __init__(self, seq: int, new: v.NewJob, now: datetime) -> None:
+        self.seq = seq
+        self.name = new.name
+        self.queue = new.queue
+        self.payload = new.payload
+        self.state = new.state
+        self.priority = new.priority
+        self.attempt = 0
+        self.max_attempts = new.max_attempts
+        self.run_at = new.run_at
+        self.created_at = now
+        self.attempted_at: datetime | None = None
+        self.finished_at: datetime | None = None
+        self.worker_id: str | None = None
+        self.claim_no = 0
+        self.lease_expires_at: datetime | None = None
+        self.key = new.key
+        self.result: str | None = None
+        self.errors: list[JobError] = []
+
+    def job(self, *, duplicate: bool = False) -> Job:
+        return Job(
+            id=str(self.seq), name=self.name, queue=self.queue, payload=v.decode_json(self.payload),
+            state=self.state, priority=self.priority, attempt=self.attempt,
+            max_attempts=self.max_attempts, run_at=self.run_at, created_at=self.created_at,
+            attempted_at=self.attempted_at, finished_at=self.finished_at, worker_id=self.worker_id,
+            claim_no=self.claim_no, lease_expires_at=self.lease_expires_at, key=self.key,
+            result=v.decode_json(self.result), last_error=self.errors[-1] if self.errors else None,
+            errors=tuple(self.errors), duplicate=duplicate,
+        )
+
+    def matches(self, flt: JobFilter) -> bool:
+        return (
+            (flt.queue is None or self.queue == flt.queue)
+            and (flt.name is None or self.name == flt.name)
+            and (flt.state is None or self.state in flt.state)
+            and (flt.id_prefix is None or str(self.seq).startswith(flt.id_prefix))
+            and (flt.created_from is None or self.created_at >= flt.created_from)
+            and (flt.created_to is None or self.created_at < flt.created_to)
+        )
+
+
+class _Subscription:
+    def __init__(self, driver: MemoryDriver, entry: tuple[frozenset[str], Callable[[str], None]]) -> None:
+        self._driver, self._entry = driver, entry
+
+    def close(self) -> None:
+        with self._driver._lock:
+            if self._entry in self._driver._subscribers:
+                self._driver._subscribers.remove(self._entry)
+
+
+class MemoryDriver:
+    """The in-memory :class:`~jobcore.driver.JobDriver`.
+
+    Args:
+        clock: Source of "now" (default: UTC wall time).
+        default_max_attempts: ``max_attempts`` for jobs enqueued without one.
+    """
+
+    capabilities = frozenset({"notify"})
+
+    def __init__(self, *, clock: Clock | None = None, default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
+        self._lock = threading.RLock()
+        self._seq = itertools.count(1)
+        self._rows: dict[int, _Row] = {}
+        self._live_keys: dict[tuple[str, str], int] = {}
+        self._due: dict[str, list[tuple[int, datetime, int]]] = {}
+        self._later: dict[str, list[tuple[datetime, int]]] = {}
+        self._leases: dict[str, list[tuple[datetime, int, int]]] = {}
+        self._subscribers: list[tuple[frozenset[str], Callable[[str], None]]] = []
+        self.leases = _MemoryLeases(self)
+        self.introspect = _MemoryIntrospector(self)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MemoryDriver:
+        """Build from ``memory://`` (the URL carries nothing else)."""
+        if url.rstrip("/") != "memory:":
+            raise UrlInvalid(f"{url!r} carries options the memory driver does not take", "use memory://")
+        return cls(**options)
+
+    # -- internals (call with the lock held) -------------------------------------------
+
+    def _now(self) -> datetime:
+        return to_millis(self.clock.now())
+
+    def _schedule(self, row: _Row, now: datetime) -> None:
+        """Index a ready/scheduled row in its queue's heaps."""
+        if row.run_at <= now:
+            heapq.heappush(self._due.setdefault(row.queue, []), (-row.priority, row.run_at, row.seq))
+        else:
+            heapq.heappush(self._later.setdefault(row.queue, []), (row.run_at, row.seq))
+
+    def _insert(self, new: v.NewJob, now: datetime) -> tuple[_Row, bool]:
+        if new.key is not None:
+            holder = self._live_keys.get((new.name, new.key))
+            if holder is not None:
+                return self._rows[holder], True
+        row = _Row(next(self._seq), new, now)
+        self._rows[row.seq] = row
+        if row.key is not None:
+            self._live_keys[(row.name, row.key)] = row.seq
+        self._schedule(row, now)
+        return row, False
+
+    def _finish(self, row: _Row, state: JobState, now: datetime) -> None:
+        row.state = state
+        row.finished_at = now
+        row.lease_expires_at = None
+        row.worker_id = None
+        if row.key is not None and self._live_keys.get((row.name, row.key)) == row.seq:
+            del self._live_keys[(row.name, row.key)]
+
+    def _error(self, row: _Row, type_name: str, message: str, now: datetime) -> None:
+        row.errors.append(JobError(type=type_name, message=message, at=now, attempt=row.attempt))
+
+    def _current(self, token: ClaimToken) -> _Row | None:
+        """The row ``token`` still holds, or None (L02, L03)."""
+        try:
+            row = self._rows.get(int(token.job_id))
+        except ValueError:
+            return None
+        if (
+            row is None
+            or row.state is not RUNNING
+            or row.worker_id != token.worker_id
+            or row.claim_no != token.claim_no
+        ):
+            return None
+        return row
+
+    def _lapsed(self, queue: str, now: datetime) -> list[_Row]:
+        """Pop every running row of ``queue`` whose lease lapsed (stale entries dropped)."""
+        heap = self._leases.get(queue)
+        found: list[_Row] = []
+        while heap and heap[0][0] <= now:
+            expires, seq, claim_no = heapq.heappop(heap)
+            row = self._rows.get(seq)
+            if row is not None and row.state is RUNNING and row.claim_no == claim_no and row.lease_expires_at == expires:
+                found.append(row)
+        return found
+
+    def _bury(self, row: _Row, drop: frozenset[str], now: datetime) -> Job:
+        text = f"lease lapsed on the final attempt ({row.attempt} of {row.max_attempts}); the worker likely crashed"
+        self._error(row, LEASE_LAPSED_FINAL, text, now)
+        self._finish(row, FAILED if row.name in drop else DEAD, now)
+        return row.job()
+
+    def _release_lapsed(self, row: _Row, now: datetime) -> None:
+        """Record the lost attempt of a lapsed row with attempts left (C07)."""
+        self._error(row, LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now)
+
+    def _peek_due(self, queue: str, now: datetime) -> _Row | None:
+        later = self._later.get(queue)
+        while later and later[0][0] <= now:
+            _, seq = heapq.heappop(later)
+            row = self._rows.get(seq)
+            if row is not None and row.state in (READY, SCHEDULED) and row.run_at <= now:
+                heapq.heappush(self._due.setdefault(queue, []), (-row.priority, row.run_at, row.seq))
+        heap = self._due.get(queue)
+        while heap:
+            neg_priority, run_at, seq = heap[0]
+            row = self._rows.get(seq)
+            if row is None or row.state not in (READY, SCHEDULED) or row.run_at != run_at or -neg_priority != row.priority:
+                heapq.heappop(heap)
+                continue
+            if run_at > now:  # the clock was set back: not due after all
+                heapq.heappop(heap)
+                heapq.heappush(self._later.setdefault(queue, []), (run_at, seq))
+                continue
+            return row
+        return None
+
+    def _take(self, row: _Row, worker: str, lease: timedelta, now: datetime) -> Claimed:
+        row.state = RUNNING
+        row.worker_id = worker
+        row.claim_no += 1
+        row.attempt += 1
+        row.attempted_at = now
+        row.lease_expires_at = to_millis(now + lease)
+        heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
+        return Claimed(job=row.job(), token=ClaimToken(job_id=str(row.seq), worker_id=worker, claim_no=row.claim_no))
+
+    def _wake(self, queues: Iterable[str]) -> None:
+        """Tell subscribers of ``queues`` (call without the lock held)."""
+        wanted = set(queues)
+        with self._lock:
+            targets = [(q, cb) for names, cb in self._subscribers for q in wanted & names]
+        for queue, callback in targets:
+            callback(queue)
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def enqueue(
+        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+        run_at: datetime | None = None, delay: Duration | None = None,
+        max_attempts: int | None = None, key: str | None = None,
+    ) -> Job:
+        with self._lock:
+            now = self._now()
+            new = v.new_job(
+                name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                max_attempts=max_attempts, key=key, now=now, default_max_attempts=self._default_max_attempts,
+            )
+            row, duplicate = self._insert(new, now)
+            job = row.job(duplicate=duplicate)
+        if not duplicate and job.state is READY:
+            self._wake((job.queue,))
+        return job
+
+    def enqueue_many(self, specs: Iterable[Any]) -> list[Job]:
+        with self._lock:
+            now = self._now()
+            news = v.new_jobs(specs, now=now, default_max_attempts=self._default_max_attempts)
+            jobs = [row.job(duplicate=dup) for row, dup in (self._insert(new, now) for new in news)]
+        self._wake({j.queue for j in jobs if j.state is READY and not j.duplicate})
+        return jobs
+
+    def claim(
+        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
+        drop_exhausted: Iterable[str] = (),
+    ) -> ClaimResult:
+        names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        with self._lock:
+            now = self._now()
+            buried: list[Job] = []
+            reclaim: list[_Row] = []
+            for queue in names:
+                for row in self._lapsed(queue, now):
+                    if row.attempt >= row.max_attempts:
+                        buried.append(self._bury(row, drop, now))
+                    else:
+                        reclaim.append(row)
+            reclaim.sort(key=lambda r: (-r.priority, r.run_at, r.seq))
+            claimed: list[Claimed] = []
+            for row in reclaim:
+                if len(claimed) < size:
+                    self._release_lapsed(row, now)
+                    claimed.append(self._take(row, worker, span, now))
+                else:  # not taken this time: keep it findable by the next claim
+                    heapq.heappush(self._leases[row.queue], (row.lease_expires_at, row.seq, row.claim_no))  # type: ignore[arg-type]
+            while len(claimed) < size:
+                best: _Row | None = None
+                for queue in names:
+                    row = self._peek_due(queue, now)
+                    if row is not None and (
+                        best is None or (-row.priority, row.run_at, row.seq) < (-best.priority, best.run_at, best.seq)
+                    ):
+                        best = row
+                if best is None:
+                    break
+                heapq.heappop(self._due[best.queue])
+                claimed.append(self._take(best, worker, span, now))
+            return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
+
+    def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
+        v.check_token(token)
+        span = v.check_lease(lease)
+        with self._lock:
+            row = self._current(token)
+            if row is None:
+                return False
+            row.lease_expires_at = to_millis(self._now() + span)
+            heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
+            return True
+
+    def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
+        return self.ack_many([(token, result)])[0]
+
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+        checked: list[tuple[ClaimToken, str | None]] = []
+        for item in _pairs(items):
+            token, result = item
+            checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
+        answers: list[Job | None] = []
+        with self._lock:
+            now = self._now()
+            for token, text in checked:
+                row = self._current(token)
+                if row is None:
+                    answers.append(None)
+                    continue
+                row.result = text
+                self._finish(row, DONE, now)
+                answers.append(row.job())
+        return answers
+
+    def nack(
+        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
+        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
+    ) -> Job | None:
+        v.check_token(token)
+        type_name, message = v.error_entry(error)
+        due = None if retry_at is None else v.check_time(retry_at, "retry_at")
+        _flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
+        with self._lock:
+            now = self._now()
+            row = self._current(token)
+            if row is None:
+                return None
+            self._error(row, type_name, message, now)
+            if not counts_as_attempt:
+                row.attempt -= 1
+            row.lease_expires_at = None
+            row.worker_id = None
+            if fail:
+                self._finish(row, FAILED, now)
+            elif park:
+                row.state = SUSPENDED
+            elif row.attempt >= row.max_attempts:
+                self._finish(row, DEAD if dead_letter else FAILED, now)
+            else:
+                row.state = SCHEDULED
+                row.run_at = now if due is None else due
+                self._schedule(row, now)
+            job = row.job()
+        if job.state is SCHEDULED and job.run_at <= now:
+            self._wake((job.queue,))
+        return job
+
+    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> _Subscription:
+        names = frozenset(v.check_claim(queues, "subscriber", 1, 1, ())[0])
+        if not callable(callback):
+            raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
+        entry = (names, callback)
+        with self._lock:
+            self._subscribers.append(entry)
+        return _Subscription(self, entry)
+
+    def migrate(self) -> None:
+        """Nothing to install in memory."""
+
+    def close(self) -> None:
+        with self._lock:
+            self._subscribers.clear()
+
+    def __repr__(self) -> str:
+        return f"MemoryDriver(jobs={len(self._rows)}, clock={self.clock!r})"
+
+
+def _pairs(items: object) -> list[tuple[Any, Any]]:
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
+    out = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise OptionInvalid("each item must be a (token, result) pair", "pass [(token, result), ...]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def _flags(**flags: object) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise OptionInvalid(f"{name} must be True or False, got {value!r:.40}", f"pass {name}=True or False")
+    if flags["fail"] and flags["park"]:
+        raise OptionInvalid("fail=True and park=True were both given", "fail the job or park it, not both")
+
+
+class _MemoryLeases:
+    """Counted slots with expiry (rules K)."""
+
+    def __init__(self, driver: MemoryDriver) -> None:
+        self._driver = driver
+        self._slots: dict[str, dict[str, datetime]] = {}
+
+    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        count = v.check_int(limit, "limit", 1, 1_000_000)
+        span = v.check_lease(ttl, "ttl")
+        with self._driver._lock:
+            now = self._driver._now()
+            slots = self._slots.setdefault(key, {})
+            for name in [h for h, expires in slots.items() if expires <= now]:
+                del slots[name]
+            if holder not in slots and len(slots) >= count:
+                return False
+            slots[holder] = to_millis(now + span)
+            return True
+
+    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        span = v.check_lease(ttl, "ttl")
+        with self._driver._lock:
+            now = self._driver._now()
+            slots = self._slots.get(key, {})
+            if slots.get(holder, now) <= now:
+                return False
+            slots[holder] = to_millis(now + span)
+            return True
+
+    def release(self, key: str, holder: str) -> bool:
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        with self._driver._lock:
+            return self._slots.get(key, {}).pop(holder, None) is not None
+
+
+class _MemoryIntrospector:
+    """Reads and operator verbs (rules O, C10)."""
+
+    def __init__(self, driver: MemoryDriver) -> None:
+        self._d = driver
+
+    def _row(self, job_id: str) -> _Row | None:
+        text = v.check_id(job_id)
+        if not text.isdigit() or len(text) > 19:
+            return None
+        return self._d._rows.get(int(text))
+
+    def _existing(self, job_id: str) -> _Row:
+        row = self._row(job_id)
+        if row is None:
+            raise JobNotFound(f"no job has id {job_id!r:.60}")
+        return row
+
+    def get(self, job_id: str) -> Job | None:
+        with self._d._lock:
+            row = self._row(job_id)
+            return None if row is None else row.job()
+
+    def list(
+        self, filter: JobFilter | None = None, limit: int = v.DEFAULT_PAGE, *,
+        after: str | None = None, before: str | None = None,
+    ) -> Page:
+        flt = v.check_filter(filter)
+        size, after_seq, before_seq = v.check_page(limit, after, before)
+        with self._d._lock:
+            if before_seq is not None:
+                newer = [r for r in self._d._rows.values() if r.seq > before_seq and r.matches(flt)]
+                rows = list(reversed(newer[:size]))
+                more_newer = len(newer) > size
+                jobs = tuple(r.job() for r in rows)
+                return Page(
+                    jobs=jobs,
+                    after=v.encode_cursor(rows[-1].seq) if rows else None,
+                    before=v.encode_cursor(rows[0].seq) if more_newer else None,
+                )
+            rows = []
+            for row in reversed(self._d._rows.values()):
+                if after_seq is not None and row.seq >= after_seq:
+                    continue
+                if row.matches(flt):
+                    rows.append(row)
+                    if len(rows) == size:
+                        break
+            jobs = tuple(r.job() for r in rows)
+            return Page(
+                jobs=jobs,
+                after=v.encode_cursor(rows[-1].seq) if len(rows) == size else None,
+                before=v.encode_cursor(rows[0].seq) if rows and after_seq is not None else None,
+            )
+
+    def stats(self) -> Stats:
+        with self._d._lock:
+            now = self._d._now()
+            counts: dict[str, dict[JobState, int]] = {}
+            oldest: dict[str, datetime] = {}
+            for row in self._d._rows.values():
+                per_queue = counts.setdefault(row.queue, {})
+                per_queue[row.state] = per_queue.get(row.state, 0) + 1
+                if row.state in (READY, SCHEDULED) and row.run_at <= now:
+                    oldest[row.queue] = min(oldest.get(row.queue, row.run_at), row.run_at)
+            return Stats(counts=counts, oldest_due_age={q: now - t for q, t in oldest.items()})
+
+    def dead_letters(self, queue: str | None = None, limit: int = v.DEFAULT_PAGE) -> list[Job]:
+        name = v.check_name(queue, "queue", optional=True)
+        size = v.check_int(limit, "limit", 1, v.MAX_PAGE)
+        with self._d._lock:
+            rows = [r for r in self._d._rows.values() if r.state is DEAD and (name is None or r.queue == name)]
+            rows.sort(key=lambda r: (r.finished_at, r.seq), reverse=True)
+            return [r.job() for r in rows[:size]]
+
+    def rescue(self) -> RescueResult:
+        d = self._d
+        with d._lock:
+            now = d._now()
+            requeued, buried = 0, []
+            woken: set[str] = set()
+            for queue in list(d._leases):
+                for row in d._lapsed(queue, now):
+                    if row.attempt >= row.max_attempts:
+                        buried.append(d._bury(row, frozenset(), now))
+                        continue
+                    d._release_lapsed(row, now)
+                    row.state, row.worker_id, row.lease_expires_at, row.run_at = READY, None, None, now
+                    d._schedule(row, now)
+                    requeued += 1
+                    woken.add(queue)
+        d._wake(woken)
+        return RescueResult(requeued=requeued, buried=tuple(buried))
+
+    def cancel(self, job_id: str, reason: str | None = None) -> Job | None:
+        text = "cancelled by an operator" if reason is None else v.error_entry(reason)[1]
+        with self._d._lock:
+            row = self._row(job_id)
+            if row is None or row.state not in LIVE_STATES:
+                return None
+            now = self._d._now()
+            self._d._error(row, "Cancelled", text, now)
+            self._d._finish(row, CANCELLED, now)
+            return row.job()
+
+    def requeue(self, job_id: str) -> Job:
+        with self._d._lock:
+            row = self._existing(job_id)
+            if row.state not in FINISHED_STATES:
+                raise JobNotRequeueable(f"job {job_id} is {row.state}, not finished")
+            if row.key is not None and (row.name, row.key) in self._d._live_keys:
+                holder = self._d._live_keys[(row.name, row.key)]
+                raise JobDuplicate(f"job {job_id}'s key {row.key!r} is held by live job {holder}")
+            now = self._d._now()
+            self._requeue(row, now, now)
+            job = row.job()
+        self._d._wake((job.queue,))
+        return job
+
+    def _requeue(self, row: _Row, now: datetime, due: datetime) -> None:
+        row.state = READY if due <= now else SCHEDULED
+        row.attempt, row.run_at, row.finished_at, row.result = 0, due, None, None
+        if row.key is not None:
+            self._d._live_keys[(row.name, row.key)] = row.seq
+        self._d._schedule(row, now)
+
+    def remove(self, job_id: str) -> Job | None:
+        with self._d._lock:
+            row = self._row(job_id)
+            if row is None:
+                return None
+            if row.state is RUNNING:
+                raise JobNotRemovable(f"job {job_id} is running")
+            job = row.job()
+            self._forget(row)
+            return job
+
+    def _forget(self, row: _Row) -> None:
+        del self._d._rows[row.seq]
+        if row.key is not None and self._d._live_keys.get((row.name, row.key)) == row.seq:
+            del self._d._live_keys[(row.name, row.key)]
+
+    def promote(self, job_id: str) -> Job:
+        with self._d._lock:
+            row = self._existing(job_id)
+            if row.state is not SCHEDULED:
+                raise JobNotPromotable(f"job {job_id} is {row.state}, not scheduled")
+            self._make_due(row, self._d._now())
+            job = row.job()
+        self._d._wake((job.queue,))
+        return job
+
+    def resume(self, job_id: str) -> Job:
+        with self._d._lock:
+            row = self._existing(job_id)
+            if row.state is not SUSPENDED:
+                raise JobNotResumable(f"job {job_id} is {row.state}, not suspended")
+            self._make_due(row, self._d._now())
+            job = row.job()
+        self._d._wake((job.queue,))
+        return job
+
+    def _make_due(self, row: _Row, now: datetime) -> None:
+        row.state, row.run_at = READY, now
+        self._d._schedule(row, now)
+
+    # -- bulk verbs: each applies its own guard whatever the filter says (O05) -----------
+
+    def _eligible(self, flt: JobFilter, guard: frozenset[JobState]) -> list[_Row]:
+        return [r for r in self._d._rows.values() if r.state in guard and r.matches(flt)]
+
+    def cancel_many(
+        self, filter: JobFilter | None = None, *, reason: str | None = None, limit: int = v.MAX_BULK_ROWS,
+    ) -> BulkResult:
+        flt, size = v.check_filter(filter), v.check_bulk_limit(limit)
+        text = "cancelled by an operator" if reason is None else v.error_entry(reason)[1]
+        with self._d._lock:
+            now = self._d._now()
+            rows = self._eligible(flt, LIVE_STATES)
+            for row in rows[:size]:
+                self._d._error(row, "Cancelled", text, now)
+                self._d._finish(row, CANCELLED, now)
+            return BulkResult(affected=min(size, len(rows)), remaining=max(0, len(rows) - size))
+
+    def _requeueable(self, flt: JobFilter) -> list[_Row]:
+        rows, keys = [], set()
+        for row in self._eligible(flt, FINISHED_STATES):
+            if row.key is not None:
+                ident = (row.name, row.key)
+                if ident in self._d._live_keys or ident in keys:
+                    continue
+                keys.add(ident)
+            rows.append(row)
+        return rows
+
+    def requeue_many(
+        self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS, spread: Duration | None = None,
+    ) -> BulkResult:
+        flt, size = v.check_filter(filter), v.check_bulk_limit(limit)
+        window = None if spread is None else v.check_spread(spread)
+        with self._d._lock:
+            now = self._d._now()
+            rows = self._requeueable(flt)[:size]
+            window = v.default_spread(len(rows)) if window is None else window
+            for index, row in enumerate(rows):
+                self._requeue(row, now, v.spread_run_at(now, window, index, len(rows)))
+            remaining = len(self._requeueable(flt))
+            queues = {r.queue for r in rows}
+        self._d._wake(queues)
+        return BulkResult(affected=len(rows), remaining=remaining)
+
+    def remove_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
+        flt, size = v.check_filter(filter), v.check_bulk_limit(limit)
+        with self._d._lock:
+            rows = self._eligible(flt, frozenset(JobState) - {RUNNING})
+            for row in rows[:size]:
+                self._forget(row)
+            return BulkResult(affected=min(size, len(rows)), remaining=max(0, len(rows) - size))
+
+    def promote_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
+        flt, size = v.check_filter(filter), v.check_bulk_limit(limit)
+        with self._d._lock:
+            now = self._d._now()
+            rows = self._eligible(flt, frozenset({SCHEDULED}))
+            for row in rows[:size]:
+                self._make_due(row, now)
+            queues = {r.queue for r in rows[:size]}
+            result = BulkResult(affected=min(size, len(rows)), remaining=max(0, len(rows) - size))
+        self._d._wake(queues)
+        return result

@@ -1,0 +1,1 @@
+"""MongoDB driver (in progress)."""

@@ -1,0 +1,1 @@
+"""PostgreSQL driver (in progress)."""

@@ -1,0 +1,60 @@
+"""jobcore: durable background jobs with one driver protocol and three backends that agree.
+
+Start with :func:`connect` and :func:`set_job_driver`; declare handlers with ``@job``
+and run them with :class:`Worker`. The contract every driver keeps is in
+:mod:`jobcore.driver`; the records it answers with are in :mod:`jobcore.records`.
+"""
+
+from __future__ import annotations
+
+from jobcore.clock import Clock, ManualClock, SystemClock
+from jobcore.current import cancel_job, connect, get_job_driver, set_job_driver, use_job_driver
+from jobcore.driver import Introspector, JobDriver, LeaseStore
+from jobcore.errors import JobcoreError
+from jobcore.records import (
+    FINISHED_STATES,
+    LIVE_STATES,
+    BulkResult,
+    ClaimResult,
+    ClaimToken,
+    Claimed,
+    Job,
+    JobError,
+    JobFilter,
+    JobSpec,
+    JobState,
+    Page,
+    RescueResult,
+    Stats,
+)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "FINISHED_STATES",
+    "LIVE_STATES",
+    "BulkResult",
+    "ClaimResult",
+    "ClaimToken",
+    "Claimed",
+    "Clock",
+    "Introspector",
+    "Job",
+    "JobDriver",
+    "JobError",
+    "JobFilter",
+    "JobSpec",
+    "JobState",
+    "JobcoreError",
+    "LeaseStore",
+    "ManualClock",
+    "Page",
+    "RescueResult",
+    "Stats",
+    "SystemClock",
+    "cancel_job",
+    "connect",
+    "get_job_driver",
+    "set_job_driver",
+    "use_job_driver",
+]

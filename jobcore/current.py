@@ -1,0 +1,96 @@
+"""The process-wide driver: build one from a URL, choose it, and reach it from anywhere.
+
+Applications pick their backend in one place (``set_job_driver(connect(url))``) and the
+rest of the code, ``@job`` handles included, calls ``get_job_driver()``. Tests swap in a
+memory driver with ``use_job_driver``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from typing import Any
+from urllib.parse import urlsplit
+
+from jobcore.driver import JobDriver
+from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid
+from jobcore.records import Job
+
+__all__ = ["cancel_job", "connect", "get_job_driver", "set_job_driver", "use_job_driver"]
+
+_SCHEMES: dict[str, tuple[str, str, str]] = {
+    "memory": ("jobcore.drivers.memory", "MemoryDriver", ""),
+    "postgresql": ("jobcore.drivers.postgres", "PostgresDriver", "postgres"),
+    "postgres": ("jobcore.drivers.postgres", "PostgresDriver", "postgres"),
+    "mongodb": ("jobcore.drivers.mongo", "MongoDriver", "mongo"),
+    "mongodb+srv": ("jobcore.drivers.mongo", "MongoDriver", "mongo"),
+}
+_ENTRY_POINT_GROUP = "jobcore.drivers"
+
+_lock = threading.Lock()
+_current: JobDriver | None = None
+
+
+def connect(url: str, **options: Any) -> JobDriver:
+    """Build a driver from ``url``: ``memory://``, ``postgresql://...``, ``mongodb://...``.
+
+    Extra keyword options go to the driver's ``from_url`` (``clock=...`` on every
+    driver). Third-party drivers register a scheme under the ``jobcore.drivers``
+    entry-point group, naming a class with a ``from_url(url, **options)`` classmethod.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise UrlInvalid(f"{url!r:.80} is not a driver URL")
+    scheme = urlsplit(url).scheme.lower()
+    target = _SCHEMES.get(scheme)
+    if target is None:
+        for ep in entry_points(group=_ENTRY_POINT_GROUP):
+            if ep.name == scheme:
+                return ep.load().from_url(url, **options)  # type: ignore[no-any-return]
+        raise UrlInvalid(f"no jobcore driver handles {scheme}:// URLs")
+    module_name, class_name, extra = target
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DriverUnavailable(
+            f"the {scheme}:// driver needs packages that are not installed ({exc.name})",
+            f"pip install 'jobcore[{extra}]'",
+        ) from exc
+    return getattr(module, class_name).from_url(url, **options)  # type: ignore[no-any-return]
+
+
+def set_job_driver(driver: JobDriver | None) -> JobDriver | None:
+    """Choose the process-wide driver (``None`` clears it); answers the previous one."""
+    global _current  # noqa: PLW0603 - the process-wide choice is the point of this module
+    with _lock:
+        previous, _current = _current, driver
+    return previous
+
+
+def get_job_driver() -> JobDriver:
+    """The process-wide driver, or ``JC_NO_DRIVER`` when none was chosen."""
+    driver = _current
+    if driver is None:
+        raise NoDriver("no job driver has been set for this process")
+    return driver
+
+
+@contextlib.contextmanager
+def use_job_driver(driver: JobDriver) -> Iterator[JobDriver]:
+    """Use ``driver`` as the process-wide one inside the ``with`` block, then restore."""
+    previous = set_job_driver(driver)
+    try:
+        yield driver
+    finally:
+        set_job_driver(previous)
+
+
+def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | None = None) -> Job:
+    """Cancel a live job or raise ``JC_JOB_NOT_CANCELLABLE`` (finished or unknown) (O01)."""
+    target = driver if driver is not None else get_job_driver()
+    job = target.introspect.cancel(job_id, reason)
+    if job is None:
+        raise JobNotCancellable(f"job {job_id} is finished or does not exist")
+    return job

@@ -1,0 +1,385 @@
+"""The contract every backend keeps: the ``JobDriver`` protocol and its sub-protocols.
+
+This module is the one place the semantics are written down. Drivers (memory,
+PostgreSQL, MongoDB, third-party) implement it; ``parity_tests/`` proves each rule of
+``docs/rules.md`` against every driver; the worker runtime and the CLI use nothing but
+this interface. Rule ids (E01, C08, ...) refer to ``docs/rules.md``.
+
+Conventions for every method:
+
+* Durations are ``timedelta`` or seconds as a number; times are aware datetimes. Times
+  a driver answers are UTC, truncated to the millisecond.
+* "Now" is always ``driver.clock.now()``; no driver reads the wall clock directly.
+* A refusal raises a coded :class:`~jobcore.errors.InvalidInput` (or the
+  :class:`~jobcore.errors.JobStateConflict` named) and writes nothing.
+* A database failure raises a :class:`~jobcore.errors.BackendError` subclass with the
+  original exception on ``__cause__``.
+* A token that no longer matches is an answer (``False`` or ``None``), never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from jobcore.clock import Clock
+from jobcore.records import (
+    BulkResult,
+    ClaimResult,
+    ClaimToken,
+    Job,
+    JobFilter,
+    JobSpec,
+    JobState,
+    Page,
+    RescueResult,
+    Stats,
+)
+
+__all__ = [
+    "CAPABILITIES",
+    "Duration",
+    "Introspector",
+    "JobDriver",
+    "LeaseStore",
+    "Subscription",
+]
+
+Duration = timedelta | float | int
+
+CAPABILITIES = {
+    "notify": "subscribe() delivers wake-ups when jobs become due (no polling needed)",
+    "shared_store": "several processes can share the store (not the in-memory driver)",
+    "transactional_enqueue": "enqueue can join the caller's own database transaction",
+}
+"""Capabilities a driver may declare in ``capabilities``; scenarios skip by these."""
+
+
+class Subscription(Protocol):
+    """A live wake-up subscription; ``close()`` ends it (idempotent)."""
+
+    def close(self) -> None:
+        """Stop delivering wake-ups."""
+        ...
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Fleet-wide counted slots with expiry, for job concurrency limits (rules K).
+
+    A slot is ``(key, holder)`` with an expiry time; ``limit`` slots may be live per key.
+    """
+
+    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
+        """Take a slot of ``key`` for ``holder`` until ``now + ttl`` (K01).
+
+        Succeeds while fewer than ``limit`` unexpired slots of ``key`` exist; expired
+        slots do not count (and may be deleted). If ``holder`` already holds an
+        unexpired slot of ``key``, its expiry moves to ``now + ttl`` and the answer is
+        ``True`` (idempotent). ``limit`` is an int >= 1 and ``ttl`` a positive finite
+        duration, else refused (``JC_OPTION_INVALID``).
+        """
+        ...
+
+    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
+        """Move ``holder``'s slot of ``key`` to ``now + ttl`` (K02).
+
+        ``False`` once the slot expired (even if nobody took it) or was never held;
+        a holder never renews a slot it lost.
+        """
+        ...
+
+    def release(self, key: str, holder: str) -> bool:
+        """Free ``holder``'s own slot of ``key`` (K03); ``False`` when it held none."""
+        ...
+
+
+@runtime_checkable
+class Introspector(Protocol):
+    """Reads and operator verbs over all jobs (rules O and C10)."""
+
+    def get(self, job_id: str) -> Job | None:
+        """The job, or ``None`` (O09). A malformed id is ``None``, never a database error."""
+        ...
+
+    def list(
+        self,
+        filter: JobFilter | None = None,
+        limit: int = 100,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> Page:
+        """One page of jobs, newest (latest enqueued) first (O07).
+
+        ``filter`` narrows by queue, name, state(s), id prefix and created range
+        (``created_from`` inclusive, ``created_to`` exclusive). ``after`` is a previous
+        page's ``Page.after`` (older rows), ``before`` a previous page's ``Page.before``
+        (newer rows, the ones nearest the cursor, still newest first). Refused with
+        ``JC_PAGE_INVALID`` (naming the argument): both cursors, a cursor no page
+        produced, a limit outside 1..200. A page shorter than its limit is the last in
+        its direction. Rows inserted while paging appear only on the newer side, so
+        paging older never repeats or skips a row that existed when paging began.
+        """
+        ...
+
+    def stats(self) -> Stats:
+        """Counts per (queue, state) and, per queue, the age of the oldest due job (O08)."""
+        ...
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[Job]:
+        """``dead`` jobs, most recently finished first (O08); ``limit`` 1..200."""
+        ...
+
+    def rescue(self) -> RescueResult:
+        """Sweep lapsed leases in every queue (C10).
+
+        A lapsed ``running`` job with attempts left goes back to ``ready`` (due now),
+        with a ``LeaseExpired`` entry in its error history and its holder's token
+        dead; a lapsed job on its final attempt is buried ``dead`` as in C08. Answers
+        how many were requeued and which were buried. Running it again right away
+        changes nothing more.
+        """
+        ...
+
+    def cancel(self, job_id: str, reason: str | None = None) -> Job | None:
+        """Stop a live job: ``cancelled``, ``finished_at`` set, lease cleared (O01).
+
+        A running holder's token stops matching at once. ``reason`` is recorded in the
+        error history as type ``Cancelled``. A finished or unknown job is left as it is
+        and the answer is ``None`` (:func:`jobcore.cancel_job` turns that into
+        ``JC_JOB_NOT_CANCELLABLE``).
+        """
+        ...
+
+    def requeue(self, job_id: str) -> Job:
+        """Move one finished job back to ``ready``, due now, ``attempt = 0`` (O02).
+
+        Keeps the error history; clears ``finished_at`` and ``result``. Refused:
+        a live job ``JC_JOB_NOT_REQUEUEABLE``; a job whose key a live job of the same
+        name holds ``JC_JOB_DUPLICATE``; an unknown id ``JC_JOB_NOT_FOUND``.
+        """
+        ...
+
+    def remove(self, job_id: str) -> Job | None:
+        """Delete a job in any state but ``running`` (O03) and answer it as it was.
+
+        ``None`` for an unknown id; a running job is refused ``JC_JOB_NOT_REMOVABLE``.
+        """
+        ...
+
+    def promote(self, job_id: str) -> Job:
+        """Make a ``scheduled`` job ``ready`` and due now (O04).
+
+        Anything else is refused ``JC_JOB_NOT_PROMOTABLE``; an unknown id ``JC_JOB_NOT_FOUND``.
+        """
+        ...
+
+    def resume(self, job_id: str) -> Job:
+        """Move a ``suspended`` (parked, S05) job back to ``ready``, due now.
+
+        Anything else is refused ``JC_JOB_NOT_RESUMABLE``; an unknown id ``JC_JOB_NOT_FOUND``.
+        """
+        ...
+
+    def cancel_many(
+        self, filter: JobFilter | None = None, *, reason: str | None = None, limit: int = ...
+    ) -> BulkResult:
+        """Cancel up to ``limit`` (<= MAX_BULK_ROWS) live jobs matching ``filter`` (O05).
+
+        The verb's own guard (live states) applies whatever ``filter.state`` says; a
+        filter naming only finished states answers zero. ``remaining`` is how many a
+        second call could still move. Oldest first.
+        """
+        ...
+
+    def requeue_many(
+        self, filter: JobFilter | None = None, *, limit: int = ..., spread: Duration | None = None
+    ) -> BulkResult:
+        """Requeue up to ``limit`` finished jobs matching ``filter`` (O05, O06).
+
+        Guard: finished states. A row whose key a live job of its name holds stays;
+        of several finished rows sharing a name and key only the oldest is requeued.
+        New due times are spread evenly over ``spread`` (default 10 ms a row, at most
+        30 s) so a large requeue does not wake every worker at one instant; a row due
+        later than now is ``scheduled``.
+        """
+        ...
+
+    def remove_many(self, filter: JobFilter | None = None, *, limit: int = ...) -> BulkResult:
+        """Delete up to ``limit`` jobs matching ``filter`` in any state but ``running`` (O05)."""
+        ...
+
+    def promote_many(self, filter: JobFilter | None = None, *, limit: int = ...) -> BulkResult:
+        """Make up to ``limit`` ``scheduled`` jobs matching ``filter`` due now (O05)."""
+        ...
+
+
+@runtime_checkable
+class JobDriver(Protocol):
+    """One backend's whole job store. Every implementation keeps every rule of docs/rules.md.
+
+    Attributes:
+        clock: The only source of "now" for this driver.
+        capabilities: Names from :data:`CAPABILITIES` this driver offers.
+        leases: Fleet-wide counted slots (rules K).
+        introspect: Reads and operator verbs (rules O, C10).
+    """
+
+    clock: Clock
+    capabilities: frozenset[str]
+    leases: LeaseStore
+    introspect: Introspector
+
+    def enqueue(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+    ) -> Job:
+        """Store one job and answer it as stored (E01).
+
+        The job gets a fresh id, ``attempt = 0``, state ``ready`` when due now or
+        ``scheduled`` when ``run_at`` (or ``now + delay``) is in the future. Only one of
+        ``run_at`` and ``delay`` may be given. ``max_attempts=None`` takes the
+        driver's default (20).
+
+        Idempotency (E02): when a live job of the same ``name`` holds ``key``, nothing is
+        inserted and the answer is that job with ``duplicate=True``. A finished holder
+        frees its key.
+
+        Refused before anything is written: a payload that is not JSON data every
+        driver returns identically (``JC_PAYLOAD_INVALID``, E03); a numeric option that
+        is not a finite number in range, a bool posing as an int, a naive datetime,
+        an empty or over-long name (``JC_OPTION_INVALID``, E04).
+        """
+        ...
+
+    def enqueue_many(self, specs: Iterable[JobSpec | Any]) -> list[Job]:
+        """Store a batch in one round trip; answer the jobs in input order (E05).
+
+        ``specs`` are :class:`JobSpec` records or mappings with ``enqueue``'s keyword
+        names. Duplicates (E02) are answered as ``enqueue`` would, including a key
+        repeated inside the batch (the later item answers the earlier one). One
+        refused item refuses the whole batch and nothing is written.
+        """
+        ...
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str,
+        limit: int = 1,
+        lease: Duration,
+        drop_exhausted: Iterable[str] = (),
+    ) -> ClaimResult:
+        """Hand out up to ``limit`` due jobs of the named queues to ``worker_id`` (rules C).
+
+        In one atomic step:
+
+        1. Burial (C08): every lapsed ``running`` job in these queues with
+           ``attempt >= max_attempts`` is settled ``dead`` (``failed`` when its name is
+           in ``drop_exhausted``), its lease cleared, ``LeaseLapsedFinalAttempt``
+           recorded as its last error, and reported in ``ClaimResult.buried`` of this
+           claim only. It is never handed out again.
+        2. Reclaim (C07): lapsed ``running`` jobs with attempts left are claimable, before
+           any ``ready``/``scheduled`` job; the lost attempt is recorded as
+           ``LeaseExpired``, and the old token stops matching.
+        3. Order (C02): lapsed first, then higher ``priority``, earlier ``run_at``,
+           earlier enqueue. Only due jobs (``run_at <= now``) in ``ready``/``scheduled``
+           are claimable (C01). Concurrent claimers never receive the same job while
+           its lease is live (C03).
+
+        Each claimed job (C06) becomes ``running`` with ``worker_id``, ``lease_expires_at
+        = now + lease``, ``claim_no + 1`` and ``attempt + 1``; the answer pairs it with
+        its :class:`ClaimToken`.
+
+        Refused: no queues (``JC_CLAIM_QUEUES_EMPTY``, never "all queues", C04); ``limit``
+        not an int in 1..MAX_CLAIM_BATCH (C05); ``lease`` not a positive finite
+        duration (C09).
+        """
+        ...
+
+    def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
+        """Extend the lease to ``now + lease`` while ``token`` is current (L01).
+
+        Current means: the job is ``running``, held by ``token.worker_id``, with
+        ``claim_no == token.claim_no``. A heartbeat after the lease lapsed but before
+        any reclaim still lands. A superseded, cancelled, removed or finished token
+        answers ``False`` and changes nothing (L02, L03). ``lease`` not a positive
+        finite duration is refused (L04).
+        """
+        ...
+
+    def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
+        """Finish the job ``done`` with its JSON ``result`` (S01).
+
+        Clears the lease, sets ``finished_at``, answers the updated job. Fenced on the
+        token: a token that is not current answers ``None`` and changes nothing (L02,
+        S06). A result that is not storable JSON is refused (``JC_PAYLOAD_INVALID``).
+        """
+        ...
+
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+        """``ack`` a batch of ``(token, result)`` pairs in one round trip (S07).
+
+        Each item is fenced on its own token; answers come back in input order. A
+        result that is not storable refuses the whole batch before anything is written.
+        """
+        ...
+
+    def nack(
+        self,
+        token: ClaimToken,
+        error: BaseException | str,
+        *,
+        retry_at: datetime | None = None,
+        dead_letter: bool = True,
+        fail: bool = False,
+        counts_as_attempt: bool = True,
+        park: bool = False,
+    ) -> Job | None:
+        """Settle a failed attempt (S02-S05). Fenced on the token like ``ack``.
+
+        The error (an exception or a message) is recorded with its type name, time and
+        attempt, appended to the history and set as ``last_error``; the lease is
+        cleared. The target state, first match wins:
+
+        * ``fail=True``: ``failed`` whatever attempts remain (S04).
+        * ``park=True``: ``suspended``, waiting for ``introspect.resume`` (S05).
+        * ``counts_as_attempt=False``: the attempt is given back, then retried (S05).
+        * ``attempt >= max_attempts``: ``dead`` (the dead-letter queue), or ``failed``
+          when ``dead_letter=False`` (S03).
+        * otherwise ``scheduled`` at ``retry_at`` (``now`` when not given) (S02).
+
+        ``fail`` and ``park`` together are refused. Answers the job as it now stands,
+        or ``None`` when the token was not current (S06).
+        """
+        ...
+
+    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Subscription:
+        """Call ``callback(queue)`` when a job may have become due in one of ``queues``.
+
+        Drivers declaring the ``notify`` capability deliver these promptly (from a
+        background thread); the others answer a subscription that never fires, and
+        callers poll. Callbacks must be quick and must not call back into the driver
+        while holding their own locks. Wake-ups are hints: a claim may still find nothing.
+        """
+        ...
+
+    def migrate(self) -> None:
+        """Install or upgrade the store's schema and indexes; idempotent, safe to race."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and threads; idempotent."""
+        ...
+

@@ -1,0 +1,296 @@
+"""Every error jobcore raises, each with a stable ``code``, a one-line ``cause`` and a ``fix``.
+
+A caller can catch the root, a branch, or one leaf; code that reports errors reads
+``err.code`` (stable across releases), ``err.cause`` (what happened, naming the job or
+argument) and ``err.fix`` (what to do). When a backend error is translated, the
+original stays on ``__cause__``.
+
+::
+
+    JobcoreError
+    ├── InvalidInput (ValueError)          the call's arguments were refused; nothing was written
+    │   ├── PayloadInvalid                 JC_PAYLOAD_INVALID
+    │   ├── OptionInvalid                  JC_OPTION_INVALID
+    │   ├── ClaimQueuesEmpty               JC_CLAIM_QUEUES_EMPTY
+    │   ├── PageInvalid                    JC_PAGE_INVALID
+    │   ├── ScheduleInvalid                JC_SCHEDULE_INVALID
+    │   └── UrlInvalid                     JC_URL_INVALID
+    ├── JobNotFound (LookupError)          JC_JOB_NOT_FOUND
+    ├── JobStateConflict                   the job exists but its state forbids the verb
+    │   ├── JobNotCancellable              JC_JOB_NOT_CANCELLABLE
+    │   ├── JobNotRequeueable              JC_JOB_NOT_REQUEUEABLE
+    │   ├── JobNotRemovable                JC_JOB_NOT_REMOVABLE
+    │   ├── JobNotPromotable               JC_JOB_NOT_PROMOTABLE
+    │   ├── JobNotResumable                JC_JOB_NOT_RESUMABLE
+    │   └── JobDuplicate                   JC_JOB_DUPLICATE
+    ├── ConfigurationError                 the process is not set up to do what was asked
+    │   ├── NoDriver                       JC_NO_DRIVER
+    │   ├── DriverUnavailable              JC_DRIVER_UNAVAILABLE (an extra is not installed)
+    │   ├── JobNotRegistered               JC_JOB_NOT_REGISTERED
+    │   └── NotSupported                   JC_NOT_SUPPORTED
+    ├── BackendError                       the database failed; the original is on __cause__
+    │   ├── BackendUnavailable             JC_DB_UNAVAILABLE (connection lost, server down)
+    │   ├── BackendTimeout                 JC_DB_TIMEOUT (statement or server selection timeout)
+    │   ├── SchemaOutdated                 JC_SCHEMA_OUTDATED
+    │   └── BackendFailure                 JC_DB_ERROR (anything else)
+    └── HandlerError                       raised inside a running handler by the runtime
+        ├── LeaseLost                      JC_LEASE_LOST
+        └── JobTimeout                     JC_JOB_TIMEOUT
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BackendError",
+    "BackendFailure",
+    "BackendTimeout",
+    "BackendUnavailable",
+    "ClaimQueuesEmpty",
+    "ConfigurationError",
+    "DriverUnavailable",
+    "HandlerError",
+    "InvalidInput",
+    "JobDuplicate",
+    "JobNotCancellable",
+    "JobNotFound",
+    "JobNotPromotable",
+    "JobNotRegistered",
+    "JobNotRemovable",
+    "JobNotRequeueable",
+    "JobNotResumable",
+    "JobStateConflict",
+    "JobTimeout",
+    "JobcoreError",
+    "LeaseLost",
+    "NoDriver",
+    "NotSupported",
+    "OptionInvalid",
+    "PageInvalid",
+    "PayloadInvalid",
+    "ScheduleInvalid",
+    "SchemaOutdated",
+    "UrlInvalid",
+    "all_error_classes",
+]
+
+
+class JobcoreError(Exception):
+    """The root of every error jobcore raises.
+
+    Attributes:
+        code: Stable identifier (``JC_...``); never changes once released.
+        cause: One line: what happened, naming the job or argument involved.
+        fix: One line: what the caller can do about it.
+    """
+
+    code: ClassVar[str] = "JC_ERROR"
+    default_fix: ClassVar[str] = "see the jobcore documentation for this error code"
+
+    def __init__(self, cause: str, fix: str | None = None) -> None:
+        self.cause = cause
+        self.fix = fix if fix is not None else self.default_fix
+        super().__init__(f"[{self.code}] {cause} (fix: {self.fix})")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.cause, self.fix))
+
+
+class InvalidInput(JobcoreError, ValueError):
+    """The arguments were refused before anything was written."""
+
+    code = "JC_INVALID_INPUT"
+
+
+class PayloadInvalid(InvalidInput):
+    """A payload, result or error text that not every driver can store and return identically."""
+
+    code = "JC_PAYLOAD_INVALID"
+    default_fix = (
+        "pass JSON data: dicts with str keys, lists, str without NUL, finite numbers, "
+        "bool, None; keep it under the size limit"
+    )
+
+
+class OptionInvalid(InvalidInput):
+    """A numeric, duration, time or name option out of range or of the wrong type."""
+
+    code = "JC_OPTION_INVALID"
+
+
+class ClaimQueuesEmpty(InvalidInput):
+    """``claim`` was given no queues; it never means "all queues"."""
+
+    code = "JC_CLAIM_QUEUES_EMPTY"
+    default_fix = "name the queues to claim from, e.g. claim(['default'], ...)"
+
+
+class PageInvalid(InvalidInput):
+    """A list page request with a foreign cursor, both cursors, or a limit out of range."""
+
+    code = "JC_PAGE_INVALID"
+
+
+class ScheduleInvalid(InvalidInput):
+    """A periodic schedule that cannot fire: bad cron, unknown zone, non-positive interval."""
+
+    code = "JC_SCHEDULE_INVALID"
+
+
+class UrlInvalid(InvalidInput):
+    """A driver URL jobcore cannot parse or has no driver for."""
+
+    code = "JC_URL_INVALID"
+    default_fix = "use memory://, postgresql://user@host/db or mongodb://host/db"
+
+
+class JobNotFound(JobcoreError, LookupError):
+    """No job has that id."""
+
+    code = "JC_JOB_NOT_FOUND"
+    default_fix = "check the id with `jobcore ls --id-prefix ...`; the job may have been removed"
+
+
+class JobStateConflict(JobcoreError):
+    """The job exists, but its state forbids the verb."""
+
+    code = "JC_JOB_STATE_CONFLICT"
+
+
+class JobNotCancellable(JobStateConflict):
+    """Only live jobs can be cancelled."""
+
+    code = "JC_JOB_NOT_CANCELLABLE"
+    default_fix = "the job already finished or does not exist; nothing to cancel"
+
+
+class JobNotRequeueable(JobStateConflict):
+    """Only finished jobs can be requeued."""
+
+    code = "JC_JOB_NOT_REQUEUEABLE"
+    default_fix = "the job is still live; cancel it first or wait for it to finish"
+
+
+class JobNotRemovable(JobStateConflict):
+    """A running job cannot be removed under its worker."""
+
+    code = "JC_JOB_NOT_REMOVABLE"
+    default_fix = "cancel the job first, then remove it"
+
+
+class JobNotPromotable(JobStateConflict):
+    """Only scheduled jobs can be made due now."""
+
+    code = "JC_JOB_NOT_PROMOTABLE"
+    default_fix = "only a job in state 'scheduled' can be promoted"
+
+
+class JobNotResumable(JobStateConflict):
+    """Only suspended (parked) jobs can be resumed."""
+
+    code = "JC_JOB_NOT_RESUMABLE"
+    default_fix = "only a job in state 'suspended' can be resumed"
+
+
+class JobDuplicate(JobStateConflict):
+    """A live job of the same name already holds this job's idempotency key."""
+
+    code = "JC_JOB_DUPLICATE"
+    default_fix = "wait for the live holder of the key to finish, or cancel it first"
+
+
+class ConfigurationError(JobcoreError):
+    """The process is not set up to do what was asked."""
+
+    code = "JC_CONFIGURATION"
+
+
+class NoDriver(ConfigurationError):
+    """No process-wide driver has been chosen."""
+
+    code = "JC_NO_DRIVER"
+    default_fix = "call jobcore.set_job_driver(jobcore.connect(url)) at start-up"
+
+
+class DriverUnavailable(ConfigurationError):
+    """The driver's optional dependencies are not installed."""
+
+    code = "JC_DRIVER_UNAVAILABLE"
+
+
+class JobNotRegistered(ConfigurationError):
+    """A worker claimed a job whose name no ``@job`` declared in this process."""
+
+    code = "JC_JOB_NOT_REGISTERED"
+    default_fix = "import the module that declares the job in the worker process"
+
+
+class NotSupported(ConfigurationError):
+    """The driver does not offer this capability."""
+
+    code = "JC_NOT_SUPPORTED"
+
+
+class BackendError(JobcoreError):
+    """The database failed; the original exception is on ``__cause__``."""
+
+    code = "JC_DB"
+
+
+class BackendUnavailable(BackendError):
+    """The connection was lost or the server cannot be reached."""
+
+    code = "JC_DB_UNAVAILABLE"
+    default_fix = "check that the database is up and reachable; the call may be retried"
+
+
+class BackendTimeout(BackendError):
+    """A statement or server selection timed out."""
+
+    code = "JC_DB_TIMEOUT"
+    default_fix = "retry, or raise the statement timeout; check the database for lock waits"
+
+
+class SchemaOutdated(BackendError):
+    """The store's schema is older (or newer) than this jobcore."""
+
+    code = "JC_SCHEMA_OUTDATED"
+    default_fix = "run `jobcore migrate --url ...` (or driver.migrate()) with this jobcore"
+
+
+class BackendFailure(BackendError):
+    """Any other database failure."""
+
+    code = "JC_DB_ERROR"
+
+
+class HandlerError(JobcoreError):
+    """Raised inside a running handler by the worker runtime."""
+
+    code = "JC_HANDLER"
+
+
+class LeaseLost(HandlerError):
+    """The job's lease was lost (reclaimed, cancelled or not renewed); its outcome will not count."""
+
+    code = "JC_LEASE_LOST"
+    default_fix = "heartbeat more often than the lease, or raise the lease"
+
+
+class JobTimeout(HandlerError):
+    """The attempt ran past the job's timeout."""
+
+    code = "JC_JOB_TIMEOUT"
+    default_fix = "raise the job's timeout or make the handler faster"
+
+
+def all_error_classes() -> list[type[JobcoreError]]:
+    """Every error class, root first: the source of the error-code table in the docs."""
+    found: list[type[JobcoreError]] = []
+    pending: list[type[JobcoreError]] = [JobcoreError]
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found

@@ -1,0 +1,304 @@
+"""The immutable records every driver answers with: jobs, claim tokens, pages, stats.
+
+Records are frozen ``attrs`` classes; change one with ``attrs.evolve``. Mapping a row or
+document to a record is each driver's business and lives in the driver. Times on
+records are timezone-aware UTC ``datetime`` values truncated to the millisecond (the
+precision every backend keeps), and a naive datetime is refused at construction.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "FINISHED_STATES",
+    "LIVE_STATES",
+    "BulkResult",
+    "ClaimResult",
+    "ClaimToken",
+    "Claimed",
+    "Job",
+    "JobError",
+    "JobFilter",
+    "JobSpec",
+    "JobState",
+    "Page",
+    "RescueResult",
+    "Stats",
+]
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life. Wherever a state is an argument, its plain string works too."""
+
+    SCHEDULED = "scheduled"
+    READY = "ready"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    DONE = "done"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_live(self) -> bool:
+        """True for scheduled, ready, running and suspended."""
+        return self in LIVE_STATES
+
+    @property
+    def is_finished(self) -> bool:
+        """True for done, failed, dead and cancelled."""
+        return self in FINISHED_STATES
+
+
+LIVE_STATES = frozenset({JobState.SCHEDULED, JobState.READY, JobState.RUNNING, JobState.SUSPENDED})
+FINISHED_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+
+
+def check_aware(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """attrs validator: refuse naive datetimes (``None`` passes)."""
+    if isinstance(value, datetime) and (value.tzinfo is None or value.utcoffset() is None):
+        raise ValueError(f"{attribute.name} must be a timezone-aware datetime, got {value!r}")
+
+
+def _states(value: object) -> frozenset[JobState] | None:
+    if value is None:
+        return None
+    if isinstance(value, str | JobState):
+        return frozenset({JobState(value)})
+    if isinstance(value, Iterable):
+        return frozenset(JobState(v) for v in value)
+    raise TypeError(f"state must be a state, a state name or a collection of them, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class JobError:
+    """One entry of a job's error history.
+
+    Attributes:
+        type: The exception's type name (``ValueError``, ``LeaseExpired``,
+            ``LeaseLapsedFinalAttempt``, ``Cancelled``...).
+        message: Readable text of the error.
+        at: When it was recorded, by the driver's clock.
+        attempt: The attempt number it ended (0 when no attempt was running).
+    """
+
+    type: str
+    message: str
+    at: datetime = attrs.field(validator=check_aware)
+    attempt: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """A job as the store holds it now.
+
+    Attributes:
+        id: Opaque string id, unique in the store.
+        name: The job's registered name (what handler runs it).
+        queue: The queue it waits in.
+        payload: Its JSON payload, as stored (a tuple comes back as a list).
+        state: Where it is in its life (see :class:`JobState`).
+        priority: Higher is claimed first.
+        attempt: Attempts started so far (moved by every claim; 0 until claimed).
+        max_attempts: Attempts allowed before it is dead-lettered or dropped.
+        run_at: When it is (or was) due.
+        created_at: When it was enqueued.
+        attempted_at: When the latest claim took it, if ever.
+        finished_at: When it reached a finished state (cleared by requeue).
+        worker_id: The worker holding it while running.
+        claim_no: Claims so far; never reset, so an old token never matches again.
+        lease_expires_at: While running, when the lease lapses.
+        key: Idempotency key (unique among live jobs of the same name).
+        result: JSON result stored by ``ack``.
+        last_error: The latest entry of ``errors``.
+        errors: Error history, oldest first.
+        duplicate: True only on the answer of an ``enqueue`` that found a live holder
+            of its key and inserted nothing (E02).
+    """
+
+    id: str
+    name: str
+    queue: str
+    payload: Any
+    state: JobState = attrs.field(converter=JobState)
+    priority: int = 0
+    attempt: int = 0
+    max_attempts: int
+    run_at: datetime = attrs.field(validator=check_aware)
+    created_at: datetime = attrs.field(validator=check_aware)
+    attempted_at: datetime | None = attrs.field(default=None, validator=check_aware)
+    finished_at: datetime | None = attrs.field(default=None, validator=check_aware)
+    worker_id: str | None = None
+    claim_no: int = 0
+    lease_expires_at: datetime | None = attrs.field(default=None, validator=check_aware)
+    key: str | None = None
+    result: Any = None
+    last_error: JobError | None = None
+    errors: tuple[JobError, ...] = ()
+    duplicate: bool = attrs.field(default=False, eq=False)
+
+    @property
+    def token(self) -> ClaimToken | None:
+        """The token a current holder has, when running."""
+        if self.state is not JobState.RUNNING or self.worker_id is None:
+            return None
+        return ClaimToken(job_id=self.id, worker_id=self.worker_id, claim_no=self.claim_no)
+
+
+@attrs.frozen(kw_only=True)
+class JobSpec:
+    """One job to enqueue, with ``enqueue``'s keyword names (for ``enqueue_many``).
+
+    Attributes:
+        name: The job's name.
+        payload: JSON payload.
+        queue: Queue name.
+        priority: Higher is claimed first.
+        run_at: When it becomes due (aware datetime); excludes ``delay``.
+        delay: Duration from now until due; excludes ``run_at``.
+        max_attempts: Attempts allowed; ``None`` takes the driver's default.
+        key: Idempotency key.
+    """
+
+    name: str
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: timedelta | float | int | None = None
+    max_attempts: int | None = None
+    key: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ClaimToken:
+    """Proof of one claim of one job: ``(job_id, worker_id, claim_no)``.
+
+    Attributes:
+        job_id: The claimed job.
+        worker_id: The claimer.
+        claim_no: The job's claim counter at that claim; a later claim moves it,
+            so this token stops matching.
+    """
+
+    job_id: str
+    worker_id: str
+    claim_no: int
+
+
+@attrs.frozen(kw_only=True)
+class Claimed:
+    """A claimed job and the token that settles it.
+
+    Attributes:
+        job: The job as it stands after the claim (``running``).
+        token: What ``heartbeat``, ``ack`` and ``nack`` need.
+    """
+
+    job: Job
+    token: ClaimToken
+
+
+@attrs.frozen(kw_only=True)
+class ClaimResult:
+    """What one ``claim`` call answers.
+
+    Attributes:
+        claimed: Jobs handed to the caller, in claim order.
+        buried: Jobs whose lease lapsed on their final attempt and that this claim
+            settled ``dead`` or ``failed`` (C08); reported to this claim only.
+    """
+
+    claimed: tuple[Claimed, ...] = ()
+    buried: tuple[Job, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class BulkResult:
+    """What a ``*_many`` operator verb answers.
+
+    Attributes:
+        affected: Rows this call moved (at most its limit).
+        remaining: Rows a second call could still move.
+    """
+
+    affected: int
+    remaining: int
+
+
+@attrs.frozen(kw_only=True)
+class RescueResult:
+    """What ``introspect.rescue()`` answers.
+
+    Attributes:
+        requeued: Lapsed jobs with attempts left, put back to ``ready``.
+        buried: Lapsed final-attempt jobs settled ``dead``/``failed`` (C08).
+    """
+
+    requeued: int
+    buried: tuple[Job, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class JobFilter:
+    """Which jobs a listing or bulk verb looks at. Every field left ``None`` matches all.
+
+    Attributes:
+        queue: Only this queue.
+        name: Only jobs of this name.
+        state: One state or several (``JobState`` or plain strings).
+        id_prefix: Only ids starting with this text.
+        created_from: Created at or after (aware datetime).
+        created_to: Created strictly before (aware datetime).
+    """
+
+    queue: str | None = None
+    name: str | None = None
+    state: frozenset[JobState] | None = attrs.field(default=None, converter=_states)
+    id_prefix: str | None = None
+    created_from: datetime | None = attrs.field(default=None, validator=check_aware)
+    created_to: datetime | None = attrs.field(default=None, validator=check_aware)
+
+
+@attrs.frozen(kw_only=True)
+class Page:
+    """One page of ``introspect.list``.
+
+    Attributes:
+        jobs: Newest first.
+        after: Cursor for the next (older) page; ``None`` when this page is the last.
+        before: Cursor for the previous (newer) page; ``None`` when there is none to ask for.
+    """
+
+    jobs: tuple[Job, ...]
+    after: str | None = None
+    before: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Stats:
+    """Counts and ages for operators.
+
+    Attributes:
+        counts: ``{queue: {state: count}}``, only non-zero counts.
+        oldest_due_age: ``{queue: age}`` of the oldest due ``ready``/``scheduled`` job, for
+            queues that have one.
+    """
+
+    counts: Mapping[str, Mapping[JobState, int]]
+    oldest_due_age: Mapping[str, timedelta]
+
+    def count(self, state: JobState | str, queue: str | None = None) -> int:
+        """Jobs in ``state``, in one queue or all."""
+        st = JobState(state)
+        queues = [queue] if queue is not None else list(self.counts)
+        return sum(self.counts.get(q, {}).get(st, 0) for q in queues)

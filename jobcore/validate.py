@@ -1,0 +1,468 @@
+"""Argument checks every driver shares, so every driver refuses exactly the same input.
+
+A driver calls these before it touches its store; a refusal raises a coded
+:class:`~jobcore.errors.InvalidInput` and nothing is written. The limits (payload size,
+batch sizes, page sizes, ranges) are module constants, the same for every driver, and
+are listed in ``docs/rules.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import attrs
+
+from jobcore.clock import to_millis
+from jobcore.errors import (
+    ClaimQueuesEmpty,
+    OptionInvalid,
+    PageInvalid,
+    PayloadInvalid,
+)
+from jobcore.records import ClaimToken, JobFilter, JobSpec, JobState
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_PAGE",
+    "MAX_ATTEMPTS",
+    "MAX_BULK_ROWS",
+    "MAX_CLAIM_BATCH",
+    "MAX_ENQUEUE_BATCH",
+    "MAX_ERROR_TEXT_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_LEASE",
+    "MAX_NAME_LENGTH",
+    "MAX_PAGE",
+    "MAX_PAYLOAD_BYTES",
+    "MIN_LEASE",
+    "NewJob",
+    "check_bulk_limit",
+    "check_claim",
+    "check_duration",
+    "check_filter",
+    "check_id",
+    "check_int",
+    "check_name",
+    "check_page",
+    "check_spread",
+    "check_state",
+    "check_time",
+    "check_token",
+    "decode_cursor",
+    "decode_json",
+    "encode_cursor",
+    "encode_json",
+    "error_entry",
+    "new_job",
+    "new_jobs",
+]
+
+MAX_PAYLOAD_BYTES = 1024 * 1024
+"""Largest payload or result, as UTF-8 JSON text."""
+MAX_ERROR_TEXT_BYTES = 16 * 1024
+"""Largest error message (UTF-8). The worker truncates its own texts to fit."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of lists and dicts in a payload or result."""
+MAX_NAME_LENGTH = 200
+"""Longest job name, queue, key, worker id or lease key (characters)."""
+MAX_CLAIM_BATCH = 1000
+"""Largest ``claim(limit=...)``."""
+MAX_BULK_ROWS = 1000
+"""Most rows one ``*_many`` operator call moves."""
+MAX_ENQUEUE_BATCH = 10_000
+"""Most specs one ``enqueue_many`` stores."""
+DEFAULT_PAGE = 100
+MAX_PAGE = 200
+DEFAULT_MAX_ATTEMPTS = 20
+MAX_ATTEMPTS = 1000
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+MIN_LEASE = timedelta(milliseconds=1)
+MAX_LEASE = timedelta(days=7)
+MAX_DELAY = timedelta(days=36_500)
+MAX_SPREAD = timedelta(hours=1)
+_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
+_MAX_QUEUES = 100
+
+
+# --- scalars -------------------------------------------------------------------------
+
+
+def check_int(value: object, name: str, lo: int, hi: int) -> int:
+    """``value`` as an int in ``lo..hi``; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionInvalid(
+            f"{name} must be an int, got {type(value).__name__} {value!r:.60}",
+            f"pass a whole number from {lo} to {hi}",
+        )
+    if not lo <= value <= hi:
+        raise OptionInvalid(f"{name}={value} is out of range", f"pass a whole number from {lo} to {hi}")
+    return int(value)
+
+
+def check_duration(
+    value: object, name: str, *, lo: timedelta = timedelta(0), hi: timedelta = MAX_DELAY,
+    positive: bool = False,
+) -> timedelta:
+    """``value`` (a timedelta, or seconds as int/float) as a finite timedelta in range."""
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise OptionInvalid(f"{name} must be finite, got {value!r}", f"pass seconds up to {hi}")
+        if abs(value) > hi.total_seconds() * 2:
+            raise OptionInvalid(f"{name}={value!r}s is out of range", f"pass at most {hi}")
+        delta = timedelta(seconds=value)
+    else:
+        raise OptionInvalid(
+            f"{name} must be a timedelta or seconds, got {type(value).__name__} {value!r:.60}",
+            "pass datetime.timedelta(...) or a number of seconds",
+        )
+    if positive and delta <= timedelta(0):
+        raise OptionInvalid(f"{name} must be positive, got {delta}", f"pass at least {lo or MIN_LEASE}")
+    if not lo <= delta <= hi:
+        raise OptionInvalid(f"{name}={delta} is out of range", f"pass a duration from {lo} to {hi}")
+    return delta
+
+
+def check_lease(value: object, name: str = "lease") -> timedelta:
+    """A lease or ttl: positive, finite, from 1 ms to 7 days."""
+    return check_duration(value, name, lo=MIN_LEASE, hi=MAX_LEASE, positive=True)
+
+
+def check_time(value: object, name: str) -> datetime:
+    """An aware datetime in range, in UTC, truncated to the millisecond."""
+    if not isinstance(value, datetime):
+        raise OptionInvalid(
+            f"{name} must be a datetime, got {type(value).__name__} {value!r:.60}",
+            "pass a timezone-aware datetime, e.g. datetime.now(timezone.utc)",
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise OptionInvalid(f"{name} is a naive datetime ({value})", "attach a time zone: tzinfo=timezone.utc")
+    if not _EARLIEST <= value < _LATEST:
+        raise OptionInvalid(f"{name}={value} is out of range", "pass a time between 1970 and 9000")
+    return to_millis(value)
+
+
+def check_name(value: object, name: str, *, optional: bool = False) -> str:
+    """A job name, queue, key, worker id or lease key: 1-200 characters of text, no NUL."""
+    if value is None and optional:
+        return None  # type: ignore[return-value]
+    if not isinstance(value, str):
+        raise OptionInvalid(f"{name} must be a str, got {type(value).__name__} {value!r:.60}", f"pass {name} as text")
+    if not 0 < len(value) <= MAX_NAME_LENGTH:
+        raise OptionInvalid(f"{name} must be 1 to {MAX_NAME_LENGTH} characters, got {len(value)}", f"shorten or fill in {name}")
+    if "\x00" in value or not _encodable(value):
+        raise OptionInvalid(f"{name} contains a NUL or an unpaired surrogate", f"pass {name} as plain text")
+    return str(value)
+
+
+def check_id(value: object) -> str:
+    """A job id: any str (a malformed one simply matches nothing)."""
+    if not isinstance(value, str):
+        raise OptionInvalid(f"job id must be a str, got {type(value).__name__} {value!r:.60}", "pass the id as jobs report it")
+    return str(value)
+
+
+def check_state(value: object, name: str = "state") -> JobState:
+    """A :class:`JobState` or its plain string."""
+    try:
+        return JobState(value)
+    except ValueError:
+        names = ", ".join(s.value for s in JobState)
+        raise OptionInvalid(f"{name}={value!r:.60} is not a job state", f"use one of {names}") from None
+
+
+def check_token(value: object) -> ClaimToken:
+    """A :class:`ClaimToken` as ``claim`` handed it out."""
+    if not isinstance(value, ClaimToken):
+        raise OptionInvalid(f"token must be a ClaimToken, got {type(value).__name__}", "pass Claimed.token from claim()")
+    return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# --- JSON ----------------------------------------------------------------------------
+
+
+def _check_json(value: object, what: str, depth: int) -> None:
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, str):
+        if "\x00" in value or not _encodable(value):
+            raise PayloadInvalid(f"{what} holds a string with a NUL character or an unpaired surrogate")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PayloadInvalid(f"{what} holds a non-finite number ({value})")
+        return
+    if depth >= MAX_JSON_DEPTH:
+        raise PayloadInvalid(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json(item, what, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PayloadInvalid(
+                    f"{what} has a {type(key).__name__} key {key!r:.40}; JSON keys are strings",
+                    "convert the keys to str before enqueueing",
+                )
+            _check_json(key, what, depth)
+            _check_json(item, what, depth + 1)
+        return
+    raise PayloadInvalid(f"{what} holds a {type(value).__name__}, which is not JSON data")
+
+
+def encode_json(value: object, what: str = "payload") -> str:
+    """``value`` as its canonical JSON text, or :class:`PayloadInvalid`.
+
+    What passes here comes back identical from every driver, except that tuples come
+    back as lists (the JSON form).
+    """
+    _check_json(value, what, 0)
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise PayloadInvalid(f"{what} cannot be written as JSON: {exc}") from exc
+    if len(text) > MAX_PAYLOAD_BYTES // 4 and len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+        raise PayloadInvalid(
+            f"{what} is larger than {MAX_PAYLOAD_BYTES} bytes of JSON",
+            "store large data elsewhere and pass a reference",
+        )
+    return text
+
+
+def decode_json(text: str | None) -> Any:
+    """The value of JSON text stored by :func:`encode_json` (``None`` stays ``None``)."""
+    return None if text is None else json.loads(text)
+
+
+def error_entry(error: object) -> tuple[str, str]:
+    """``(type name, message)`` of what ``nack`` was given: an exception or a str."""
+    if isinstance(error, BaseException):
+        type_name = type(error).__name__
+        try:
+            message = str(error)
+        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the error itself
+            message = f"<unprintable {type_name}>"
+    elif isinstance(error, str):
+        type_name, message = "Error", error
+    else:
+        raise OptionInvalid(
+            f"error must be an exception or a str, got {type(error).__name__}",
+            "pass the exception the handler raised, or a message",
+        )
+    if "\x00" in message or not _encodable(message):
+        raise PayloadInvalid("error text holds a NUL character or an unpaired surrogate")
+    if len(message.encode("utf-8")) > MAX_ERROR_TEXT_BYTES:
+        raise PayloadInvalid(
+            f"error text is longer than {MAX_ERROR_TEXT_BYTES} bytes",
+            "truncate the message (the worker does this for you)",
+        )
+    return type_name, message
+
+
+# --- enqueue -------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class NewJob:
+    """A checked job to insert: what ``enqueue`` validated, with its times resolved."""
+
+    name: str
+    queue: str
+    payload: str  # canonical JSON text
+    priority: int
+    run_at: datetime
+    max_attempts: int
+    key: str | None
+    state: JobState
+
+
+_SPEC_FIELDS = frozenset(f.name for f in attrs.fields(JobSpec))
+
+
+def new_job(
+    name: object,
+    payload: object,
+    *,
+    queue: object = "default",
+    priority: object = 0,
+    run_at: object = None,
+    delay: object = None,
+    max_attempts: object = None,
+    key: object = None,
+    now: datetime,
+    default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> NewJob:
+    """Check one enqueue's arguments and resolve its due time against ``now``."""
+    checked_name = check_name(name, "name")
+    checked_queue = check_name(queue, "queue")
+    checked_key = check_name(key, "key", optional=True)
+    checked_priority = check_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+    attempts = default_max_attempts if max_attempts is None else max_attempts
+    checked_attempts = check_int(attempts, "max_attempts", 1, MAX_ATTEMPTS)
+    if run_at is not None and delay is not None:
+        raise OptionInvalid("both run_at and delay were given", "pass one of run_at or delay")
+    if run_at is not None:
+        due = check_time(run_at, "run_at")
+    elif delay is not None:
+        due = to_millis(now + check_duration(delay, "delay"))
+    else:
+        due = now
+    text = encode_json(payload, "payload")
+    return NewJob(
+        name=checked_name,
+        queue=checked_queue,
+        payload=text,
+        priority=checked_priority,
+        run_at=due,
+        max_attempts=checked_attempts,
+        key=checked_key,
+        state=JobState.SCHEDULED if due > now else JobState.READY,
+    )
+
+
+def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[NewJob]:
+    """Check a whole ``enqueue_many`` batch; one bad item refuses all of it."""
+    if isinstance(specs, str | bytes | Mapping) or not isinstance(specs, Iterable):
+        raise OptionInvalid(
+            f"specs must be a list of JobSpec or mappings, got {type(specs).__name__}",
+            "pass a list, e.g. [JobSpec(name='x', payload={...})]",
+        )
+    out: list[NewJob] = []
+    for index, spec in enumerate(specs):
+        if len(out) >= MAX_ENQUEUE_BATCH:
+            raise OptionInvalid(f"more than {MAX_ENQUEUE_BATCH} specs in one batch", "split the batch")
+        if isinstance(spec, JobSpec):
+            fields: dict[str, object] = attrs.asdict(spec, recurse=False)
+        elif isinstance(spec, Mapping):
+            unknown = set(spec) - _SPEC_FIELDS
+            if unknown:
+                raise OptionInvalid(f"spec {index} has unknown keys {sorted(map(str, unknown))}", f"use only {sorted(_SPEC_FIELDS)}")
+            if "name" not in spec:
+                raise OptionInvalid(f"spec {index} has no name", "give every spec a name")
+            fields = dict(spec)
+        else:
+            raise OptionInvalid(f"spec {index} is a {type(spec).__name__}", "pass JobSpec records or mappings")
+        name = fields.pop("name")
+        payload = fields.pop("payload", None)
+        out.append(new_job(name, payload, now=now, default_max_attempts=default_max_attempts, **fields))
+    return out
+
+
+# --- claim, paging, bulk ---------------------------------------------------------------
+
+
+def check_claim(
+    queues: object, worker_id: object, limit: object, lease: object, drop_exhausted: object
+) -> tuple[tuple[str, ...], str, int, timedelta, frozenset[str]]:
+    """The arguments of ``claim``, checked (C04, C05, C09)."""
+    if isinstance(queues, str):
+        queues = (queues,)
+    if not isinstance(queues, Iterable):
+        raise OptionInvalid(f"queues must be a list of names, got {type(queues).__name__}", "pass e.g. ['default']")
+    names = tuple(dict.fromkeys(check_name(q, "queue") for q in queues))
+    if not names:
+        raise ClaimQueuesEmpty("claim was given no queues")
+    if len(names) > _MAX_QUEUES:
+        raise OptionInvalid(f"claim was given {len(names)} queues", f"claim from at most {_MAX_QUEUES} queues at once")
+    worker = check_name(worker_id, "worker_id")
+    size = check_int(limit, "limit", 1, MAX_CLAIM_BATCH)
+    span = check_lease(lease)
+    if isinstance(drop_exhausted, str) or not isinstance(drop_exhausted, Iterable):
+        raise OptionInvalid("drop_exhausted must be a collection of job names", "pass e.g. ('send_email',)")
+    drop = frozenset(check_name(n, "drop_exhausted name") for n in drop_exhausted)
+    return names, worker, size, span, drop
+
+
+_CURSOR_SALT = b"jobcore-cursor:"
+
+
+def encode_cursor(seq: int) -> str:
+    """An opaque cursor for the row with enqueue sequence ``seq``."""
+    body = format(seq, "x")
+    check = zlib.crc32(_CURSOR_SALT + body.encode()) & 0xFFFFFF
+    return f"c{body}.{check:06x}"
+
+
+def decode_cursor(cursor: object, name: str) -> int:
+    """The sequence inside a cursor :func:`encode_cursor` made, or :class:`PageInvalid`."""
+    if isinstance(cursor, str) and cursor.startswith("c") and "." in cursor:
+        body, _, check = cursor[1:].partition(".")
+        try:
+            seq = int(body, 16)
+            ok = int(check, 16) == zlib.crc32(_CURSOR_SALT + body.encode()) & 0xFFFFFF
+        except ValueError:
+            ok = False
+        if ok and body == format(seq, "x") and 0 < seq < 2**63:
+            return seq
+    raise PageInvalid(f"{name}={cursor!r:.60} is not a cursor a page produced", f"pass Page.{name} from an earlier page")
+
+
+def check_page(limit: object, after: object, before: object) -> tuple[int, int | None, int | None]:
+    """``list``'s paging arguments (O07): ``(limit, after_seq, before_seq)``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise PageInvalid(f"limit={limit!r:.60} is not a page size", f"pass a whole number from 1 to {MAX_PAGE}")
+    if after is not None and before is not None:
+        raise PageInvalid("both after and before were given", "page in one direction: pass after or before")
+    after_seq = None if after is None else decode_cursor(after, "after")
+    before_seq = None if before is None else decode_cursor(before, "before")
+    return int(limit), after_seq, before_seq
+
+
+def check_filter(value: object) -> JobFilter:
+    """A :class:`JobFilter`, a mapping of its fields, or ``None`` (match all), checked."""
+    if value is None:
+        return JobFilter()
+    if isinstance(value, Mapping):
+        try:
+            value = JobFilter(**value)
+        except (TypeError, ValueError) as exc:
+            raise OptionInvalid(f"filter is not valid: {exc}", "use JobFilter's fields") from None
+    if not isinstance(value, JobFilter):
+        raise OptionInvalid(f"filter must be a JobFilter, got {type(value).__name__}", "pass JobFilter(...)")
+    for field in ("queue", "name"):
+        check_name(getattr(value, field), field, optional=True)
+    if value.id_prefix is not None and not isinstance(value.id_prefix, str):
+        raise OptionInvalid("id_prefix must be a str", "pass the start of an id")
+    for field in ("created_from", "created_to"):
+        if getattr(value, field) is not None:
+            check_time(getattr(value, field), field)
+    return value
+
+
+def check_bulk_limit(limit: object) -> int:
+    """A ``*_many`` call's row limit: 1..MAX_BULK_ROWS."""
+    return check_int(limit, "limit", 1, MAX_BULK_ROWS)
+
+
+def check_spread(value: object) -> timedelta:
+    """``requeue_many``'s jitter window: 0 to one hour."""
+    return check_duration(value, "spread", hi=MAX_SPREAD)
+
+
+def spread_run_at(now: datetime, spread: timedelta, index: int, count: int) -> datetime:
+    """The ``index``-th of ``count`` requeued rows' due time, spread evenly over ``spread``."""
+    if count <= 1 or spread <= timedelta(0):
+        return now
+    return to_millis(now + spread * index / count)
+
+
+def default_spread(count: int) -> timedelta:
+    """The default requeue spread: 10 ms a row, at most 30 s (O06)."""
+    return min(timedelta(milliseconds=10) * count, timedelta(seconds=30))
