@@ -63,7 +63,7 @@ def connect(url: str, **options: Any) -> JobDriver:
 
 def set_job_driver(driver: JobDriver | None) -> JobDriver | None:
     """Choose the process-wide driver (``None`` clears it); answers the previous one."""
-    global _current  # noqa: PLW0603 - the process-wide choice is the point of this module
+    global _current
     with _lock:
         previous, _current = _current, driver
     return previous

@@ -19,6 +19,7 @@ Conventions for every method:
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -31,7 +32,6 @@ from jobcore.records import (
     Job,
     JobFilter,
     JobSpec,
-    JobState,
     Page,
     RescueResult,
     Stats,
@@ -128,7 +128,7 @@ class Introspector(Protocol):
         """Counts per (queue, state) and, per queue, the age of the oldest due job (O08)."""
         ...
 
-    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[Job]:
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> builtins.list[Job]:
         """``dead`` jobs, most recently finished first (O08); ``limit`` 1..200."""
         ...
 

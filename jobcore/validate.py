@@ -157,7 +157,9 @@ def check_name(value: object, name: str, *, optional: bool = False) -> str:
     if not isinstance(value, str):
         raise OptionInvalid(f"{name} must be a str, got {type(value).__name__} {value!r:.60}", f"pass {name} as text")
     if not 0 < len(value) <= MAX_NAME_LENGTH:
-        raise OptionInvalid(f"{name} must be 1 to {MAX_NAME_LENGTH} characters, got {len(value)}", f"shorten or fill in {name}")
+        raise OptionInvalid(
+            f"{name} must be 1 to {MAX_NAME_LENGTH} characters, got {len(value)}", f"shorten or fill in {name}"
+        )
     if "\x00" in value or not _encodable(value):
         raise OptionInvalid(f"{name} contains a NUL or an unpaired surrogate", f"pass {name} as plain text")
     return str(value)
@@ -166,7 +168,9 @@ def check_name(value: object, name: str, *, optional: bool = False) -> str:
 def check_id(value: object) -> str:
     """A job id: any str (a malformed one simply matches nothing)."""
     if not isinstance(value, str):
-        raise OptionInvalid(f"job id must be a str, got {type(value).__name__} {value!r:.60}", "pass the id as jobs report it")
+        raise OptionInvalid(
+            f"job id must be a str, got {type(value).__name__} {value!r:.60}", "pass the id as jobs report it"
+        )
     return str(value)
 
 
@@ -182,7 +186,9 @@ def check_state(value: object, name: str = "state") -> JobState:
 def check_token(value: object) -> ClaimToken:
     """A :class:`ClaimToken` as ``claim`` handed it out."""
     if not isinstance(value, ClaimToken):
-        raise OptionInvalid(f"token must be a ClaimToken, got {type(value).__name__}", "pass Claimed.token from claim()")
+        raise OptionInvalid(
+            f"token must be a ClaimToken, got {type(value).__name__}", "pass Claimed.token from claim()"
+        )
     return value
 
 
@@ -257,7 +263,7 @@ def error_entry(error: object) -> tuple[str, str]:
         type_name = type(error).__name__
         try:
             message = str(error)
-        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the error itself
+        except Exception:
             message = f"<unprintable {type_name}>"
     elif isinstance(error, str):
         type_name, message = "Error", error
@@ -353,7 +359,9 @@ def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAUL
         elif isinstance(spec, Mapping):
             unknown = set(spec) - _SPEC_FIELDS
             if unknown:
-                raise OptionInvalid(f"spec {index} has unknown keys {sorted(map(str, unknown))}", f"use only {sorted(_SPEC_FIELDS)}")
+                raise OptionInvalid(
+                    f"spec {index} has unknown keys {sorted(map(str, unknown))}", f"use only {sorted(_SPEC_FIELDS)}"
+                )
             if "name" not in spec:
                 raise OptionInvalid(f"spec {index} has no name", "give every spec a name")
             fields = dict(spec)
@@ -411,7 +419,9 @@ def decode_cursor(cursor: object, name: str) -> int:
             ok = False
         if ok and body == format(seq, "x") and 0 < seq < 2**63:
             return seq
-    raise PageInvalid(f"{name}={cursor!r:.60} is not a cursor a page produced", f"pass Page.{name} from an earlier page")
+    raise PageInvalid(
+        f"{name}={cursor!r:.60} is not a cursor a page produced", f"pass Page.{name} from an earlier page"
+    )
 
 
 def check_page(limit: object, after: object, before: object) -> tuple[int, int | None, int | None]:

@@ -24,8 +24,9 @@ import contextlib
 import importlib
 import os
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from typing import Any, ContextManager
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ from jobcore.driver import JobDriver
 
 __all__ = ["START", "DriverFactory", "memory_factory"]
 
-DriverFactory = Callable[[Clock], ContextManager[JobDriver]]
+DriverFactory = Callable[[Clock], AbstractContextManager[JobDriver]]
 START = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 """Where every scenario's clock starts."""
 

@@ -14,6 +14,7 @@ and dropped when stale.
 
 from __future__ import annotations
 
+import builtins
 import heapq
 import itertools
 import threading
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
 from jobcore.driver import Duration
 from jobcore.errors import (
@@ -48,7 +50,6 @@ from jobcore.records import (
     RescueResult,
     Stats,
 )
-from jobcore import validate as v
 
 __all__ = ["MemoryDriver"]
 
@@ -209,7 +210,9 @@ class MemoryDriver:
         while heap and heap[0][0] <= now:
             expires, seq, claim_no = heapq.heappop(heap)
             row = self._rows.get(seq)
-            if row is not None and row.state is RUNNING and row.claim_no == claim_no and row.lease_expires_at == expires:
+            if row is None or row.state is not RUNNING:
+                continue
+            if row.claim_no == claim_no and row.lease_expires_at == expires:
                 found.append(row)
         return found
 
@@ -234,7 +237,8 @@ class MemoryDriver:
         while heap:
             neg_priority, run_at, seq = heap[0]
             row = self._rows.get(seq)
-            if row is None or row.state not in (READY, SCHEDULED) or row.run_at != run_at or -neg_priority != row.priority:
+            live = row is not None and row.state in (READY, SCHEDULED)
+            if not live or (row.run_at, row.priority) != (run_at, -neg_priority):  # type: ignore[union-attr]
                 heapq.heappop(heap)
                 continue
             if run_at > now:  # the clock was set back: not due after all
@@ -311,15 +315,16 @@ class MemoryDriver:
                     self._release_lapsed(row, now)
                     claimed.append(self._take(row, worker, span, now))
                 else:  # not taken this time: keep it findable by the next claim
-                    heapq.heappush(self._leases[row.queue], (row.lease_expires_at, row.seq, row.claim_no))  # type: ignore[arg-type]
+                    assert row.lease_expires_at is not None
+                    heapq.heappush(self._leases[row.queue], (row.lease_expires_at, row.seq, row.claim_no))
             while len(claimed) < size:
                 best: _Row | None = None
                 for queue in names:
-                    row = self._peek_due(queue, now)
-                    if row is not None and (
-                        best is None or (-row.priority, row.run_at, row.seq) < (-best.priority, best.run_at, best.seq)
+                    due = self._peek_due(queue, now)
+                    if due is not None and (
+                        best is None or (-due.priority, due.run_at, due.seq) < (-best.priority, best.run_at, best.seq)
                     ):
-                        best = row
+                        best = due
                 if best is None:
                     break
                 heapq.heappop(self._due[best.queue])
@@ -535,7 +540,7 @@ class _MemoryIntrospector:
                     oldest[row.queue] = min(oldest.get(row.queue, row.run_at), row.run_at)
             return Stats(counts=counts, oldest_due_age={q: now - t for q, t in oldest.items()})
 
-    def dead_letters(self, queue: str | None = None, limit: int = v.DEFAULT_PAGE) -> list[Job]:
+    def dead_letters(self, queue: str | None = None, limit: int = v.DEFAULT_PAGE) -> builtins.list[Job]:
         name = v.check_name(queue, "queue", optional=True)
         size = v.check_int(limit, "limit", 1, v.MAX_PAGE)
         with self._d._lock:
@@ -636,7 +641,7 @@ class _MemoryIntrospector:
 
     # -- bulk verbs: each applies its own guard whatever the filter says (O05) -----------
 
-    def _eligible(self, flt: JobFilter, guard: frozenset[JobState]) -> list[_Row]:
+    def _eligible(self, flt: JobFilter, guard: frozenset[JobState]) -> builtins.list[_Row]:
         return [r for r in self._d._rows.values() if r.state in guard and r.matches(flt)]
 
     def cancel_many(
@@ -652,7 +657,7 @@ class _MemoryIntrospector:
                 self._d._finish(row, CANCELLED, now)
             return BulkResult(affected=min(size, len(rows)), remaining=max(0, len(rows) - size))
 
-    def _requeueable(self, flt: JobFilter) -> list[_Row]:
+    def _requeueable(self, flt: JobFilter) -> builtins.list[_Row]:
         rows, keys = [], set()
         for row in self._eligible(flt, FINISHED_STATES):
             if row.key is not None:
