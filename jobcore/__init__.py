@@ -7,6 +7,7 @@ and run them with :class:`Worker`. The contract every driver keeps is in
 
 from __future__ import annotations
 
+from jobcore.backoff import Backoff
 from jobcore.clock import Clock, ManualClock, SystemClock
 from jobcore.current import cancel_job, connect, get_job_driver, set_job_driver, use_job_driver
 from jobcore.driver import Introspector, JobDriver, LeaseStore
@@ -27,12 +28,15 @@ from jobcore.records import (
     RescueResult,
     Stats,
 )
+from jobcore.registry import JobContext, JobHandle, Registry, job
+from jobcore.worker import Worker
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "FINISHED_STATES",
     "LIVE_STATES",
+    "Backoff",
     "BulkResult",
     "ClaimResult",
     "ClaimToken",
@@ -40,21 +44,26 @@ __all__ = [
     "Clock",
     "Introspector",
     "Job",
+    "JobContext",
     "JobDriver",
     "JobError",
     "JobFilter",
+    "JobHandle",
     "JobSpec",
     "JobState",
     "JobcoreError",
     "LeaseStore",
     "ManualClock",
     "Page",
+    "Registry",
     "RescueResult",
     "Stats",
     "SystemClock",
+    "Worker",
     "cancel_job",
     "connect",
     "get_job_driver",
+    "job",
     "set_job_driver",
     "use_job_driver",
 ]

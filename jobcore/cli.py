@@ -12,8 +12,12 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from jobcore import errors
+
+if TYPE_CHECKING:
+    from jobcore.driver import JobDriver
 
 __all__ = ["COMMAND_MODULES", "EXIT_CODES", "build_parser", "exit_code_for", "main"]
 
@@ -51,9 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; answers the exit status."""
+def main(argv: Sequence[str] | None = None, *, driver: JobDriver | None = None) -> int:
+    """Run the CLI; answers the exit status.
+
+    ``driver`` (for in-process tests) is used instead of connecting to ``--url``; the
+    commands leave it open.
+    """
     args = build_parser().parse_args(argv)
+    args.driver = driver
     try:
         return int(args.func(args) or 0)
     except errors.JobcoreError as exc:

@@ -190,10 +190,8 @@ class MemoryDriver:
 
     def _current(self, token: ClaimToken) -> _Row | None:
         """The row ``token`` still holds, or None (L02, L03)."""
-        try:
-            row = self._rows.get(int(token.job_id))
-        except ValueError:
-            return None
+        seq = _seq_of(token.job_id)
+        row = None if seq is None else self._rows.get(seq)
         if (
             row is None
             or row.state is not RUNNING
@@ -206,15 +204,16 @@ class MemoryDriver:
     def _lapsed(self, queue: str, now: datetime) -> list[_Row]:
         """Pop every running row of ``queue`` whose lease lapsed (stale entries dropped)."""
         heap = self._leases.get(queue)
-        found: list[_Row] = []
+        # keyed by seq: a heartbeat that repeats an expiry leaves twin heap entries
+        found: dict[int, _Row] = {}
         while heap and heap[0][0] <= now:
             expires, seq, claim_no = heapq.heappop(heap)
             row = self._rows.get(seq)
             if row is None or row.state is not RUNNING:
                 continue
             if row.claim_no == claim_no and row.lease_expires_at == expires:
-                found.append(row)
-        return found
+                found[seq] = row
+        return list(found.values())
 
     def _bury(self, row: _Row, drop: frozenset[str], now: datetime) -> Job:
         text = f"lease lapsed on the final attempt ({row.attempt} of {row.max_attempts}); the worker likely crashed"
@@ -416,6 +415,17 @@ class MemoryDriver:
         return f"MemoryDriver(jobs={len(self._rows)}, clock={self.clock!r})"
 
 
+def _seq_of(job_id: object) -> int | None:
+    """The sequence an id this driver made names, or None (O09).
+
+    Only ASCII digits in canonical form: ``int()`` alone would also take a fullwidth
+    digit, "+1", " 1" or "1_0" and answer some other job, and raises on a superscript.
+    """
+    if not isinstance(job_id, str) or not (job_id.isascii() and job_id.isdigit()) or len(job_id) > 19:
+        return None
+    return int(job_id) if job_id == str(int(job_id)) else None
+
+
 def _pairs(items: object) -> list[tuple[Any, Any]]:
     if isinstance(items, str | bytes) or not isinstance(items, Iterable):
         raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
@@ -480,10 +490,8 @@ class _MemoryIntrospector:
         self._d = driver
 
     def _row(self, job_id: str) -> _Row | None:
-        text = v.check_id(job_id)
-        if not text.isdigit() or len(text) > 19:
-            return None
-        return self._d._rows.get(int(text))
+        seq = _seq_of(v.check_id(job_id))
+        return None if seq is None else self._d._rows.get(seq)
 
     def _existing(self, job_id: str) -> _Row:
         row = self._row(job_id)

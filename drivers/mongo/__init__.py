@@ -1,1 +1,546 @@
-"""MongoDB driver (in progress)."""
+"""The MongoDB driver: the whole JobDriver contract on pymongo 4, one atomic operation per transition.
+
+Every state transition is a single server-side ``find_one_and_update`` /
+``update_one`` / ``update_many`` whose filter re-checks the precondition (state, and
+for settles the token's ``worker_id`` and ``claim_no``), with update pipelines where
+the new value depends on the old one (appending an error, ``attempt + 1``, choosing
+``dead`` or ``scheduled``). No client-side read decides a transition: a read at most
+picks candidates or words a refusal after a conditional write matched nothing.
+
+Why each claim step is safe when many claimers (and rescuers, heartbeats, settles and
+operators) interleave. MongoDB applies a single-document write atomically and
+evaluates its filter against the document it modifies, under the document's write
+lock; a concurrent write that changed the document first makes the filter no longer
+match, and the server moves on to the next candidate (or answers ``None``).
+
+1. Burial (C08): ``find_one_and_update`` of one document whose filter is "running, in
+   these queues, ``lease_expires_at <= now``, ``attempt >= max_attempts``". The update
+   makes it ``dead``/``failed``, so once one claimer (or ``rescue``) buried it, no other
+   filter matches it: it is buried once and reported to that one caller, the only one
+   that got the document back. A heartbeat that landed first moved the lease past
+   ``now``, so the burial filter does not match (L01: a late heartbeat still lands).
+2. Reclaim (C07): the same lapsed filter with ``attempt < max_attempts``, sorted by the
+   claim order. The update records ``LeaseExpired`` and takes the job with
+   ``claim_no + 1``, which kills the old token at the same instant; two claimers cannot
+   both take it because the first one's write makes the lease live again.
+3. Due jobs (C01-C03): filter "ready/scheduled, ``run_at <= now``, in these queues",
+   sorted by priority desc, run_at asc, ``_id`` asc, hinted to the claim index. The
+   first claimer's write makes the document ``running``; the second claimer's filter
+   no longer matches it and it takes the next one.
+
+Enqueue order is an int64 sequence per store, kept in a counter document moved by one
+``$inc`` of the batch size (one round trip per batch); it is the job id and the list
+cursor. Payloads and results are stored as canonical JSON text (see ``_docs``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+from bson.codec_options import CodecOptions
+from pymongo import MongoClient, ReturnDocument, UpdateOne
+from pymongo import errors as pe
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.uri_parser import parse_uri
+
+from jobcore import validate as v
+from jobcore.clock import Clock, SystemClock, to_millis, utc
+from jobcore.driver import Duration
+from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState
+
+from . import _docs as d
+from ._errors import translated
+from ._introspect import MongoIntrospector
+from ._leases import MongoLeases
+from ._watch import Silent, Watcher
+
+__all__ = ["MongoDriver"]
+
+
+Doc = dict[str, Any]
+READY, SCHEDULED, RUNNING = JobState.READY.value, JobState.SCHEDULED.value, JobState.RUNNING.value
+LEASE_EXPIRED = "LeaseExpired"
+LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
+LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
+_CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
+
+
+class MongoDriver:
+    """The MongoDB :class:`~jobcore.driver.JobDriver`.
+
+    Args:
+        uri_or_client: A ``mongodb://`` URI (the driver owns and closes the client) or a
+            ``MongoClient`` the caller owns.
+        database: Database holding the collections.
+        collection_prefix: Prefix of the ``jobs``, ``meta`` and ``leases`` collections.
+        clock: Source of "now" (default: UTC wall time).
+        default_max_attempts: ``max_attempts`` for jobs enqueued without one.
+    """
+
+    def __init__(
+        self, uri_or_client: str | MongoClient[Doc], *, database: str = "jobcore",
+        collection_prefix: str = "jobcore_", clock: Clock | None = None,
+        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        if isinstance(uri_or_client, str):
+            try:
+                self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc)
+            except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
+                raise UrlInvalid(f"{uri_or_client!r:.80} is not a MongoDB URI pymongo accepts ({exc})") from exc
+            self._owns_client = True
+        elif isinstance(uri_or_client, MongoClient):
+            self._client, self._owns_client = uri_or_client, False
+        else:
+            raise OptionInvalid(
+                f"MongoDriver wants a mongodb:// URI or a MongoClient, got {type(uri_or_client).__name__}",
+                "pass MongoDriver('mongodb://host/db') or MongoDriver(MongoClient(...))",
+            )
+        v.check_name(database, "database")
+        if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
+            raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
+        db = self._client.get_database(database, codec_options=_CODEC)
+        self._jobs: Collection[Doc] = db[f"{collection_prefix}jobs"]
+        self._meta: Collection[Doc] = db[f"{collection_prefix}meta"]
+        self._capabilities: frozenset[str] | None = None
+        self._ready = False
+        self._lock = threading.Lock()
+        self._watchers: list[Watcher] = []
+        self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
+        self.introspect = MongoIntrospector(self, self._jobs)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MongoDriver:
+        """Build from ``mongodb://[user@]host[:port]/database?...``; the path names the database."""
+        try:
+            parsed = parse_uri(url)
+        except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
+            raise UrlInvalid(f"{urlsplit(url).scheme}:// URL is not valid ({exc})") from exc
+        if parsed.get("database") and "database" not in options:
+            options["database"] = parsed["database"]
+        return cls(url, **options)
+
+    # -- capabilities, schema ------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """``shared_store``; plus ``notify`` and ``transactional_enqueue`` on a replica set or mongos.
+
+        Decided from ``hello`` as real MongoDB would: change streams and multi-document
+        transactions exist on replica-set members (``setName``) and mongos (``msg:
+        isdbgrid``), never on a standalone server, whatever a lenient test server allows.
+        """
+        if self._capabilities is None:
+            hello = self._hello()
+            clustered = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
+            extra = {"notify", "transactional_enqueue"} if clustered else set()
+            self._capabilities = frozenset({"shared_store", *extra})
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, value: Iterable[str]) -> None:
+        self._capabilities = frozenset(value)
+
+    @translated
+    def _hello(self) -> Doc:
+        return self._client.admin.command("hello")
+
+    @translated
+    def migrate(self) -> None:
+        """Create and check the indexes and record the schema version; idempotent, safe to race."""
+        try:
+            self._jobs.create_indexes(d.INDEXES)
+        except pe.OperationFailure as exc:
+            if exc.code in (85, 86):  # IndexOptionsConflict / IndexKeySpecsConflict
+                raise SchemaOutdated(
+                    f"an index of {self._jobs.full_name} differs from this jobcore's ({exc.details})",
+                    "drop the conflicting jc_* index, then run `jobcore migrate` again",
+                ) from exc
+            raise
+        found = self._jobs.index_information()
+        for model in d.INDEXES:
+            spec = model.document
+            have = found.get(spec["name"])
+            if have is None or [(k, int(o)) for k, o in have["key"]] != list(spec["key"].items()):
+                raise SchemaOutdated(f"index {spec['name']} of {self._jobs.full_name} is missing or differs")
+        # The counter exists before the first enqueue, so enqueues never race to upsert it.
+        with contextlib.suppress(pe.DuplicateKeyError):
+            self._meta.update_one({"_id": "seq"}, {"$setOnInsert": {"value": 0}}, upsert=True)
+        # $max: a store a newer jobcore upgraded keeps its version. A DuplicateKeyError means
+        # a concurrent migrate inserted the record first, with our version.
+        with contextlib.suppress(pe.DuplicateKeyError):
+            self._meta.update_one({"_id": "schema"}, {"$max": {"version": d.SCHEMA_VERSION}}, upsert=True)
+        self._ready = True
+
+    def _ensure(self) -> None:
+        """Migrate a store on first use; refuse one a newer jobcore set up."""
+        if self._ready:
+            return
+        found = self._meta.find_one({"_id": "schema"})
+        version = 0 if found is None else int(found.get("version", 0))
+        if version > d.SCHEMA_VERSION:
+            raise SchemaOutdated(
+                f"{self._jobs.database.name} was set up by a newer jobcore (schema {version})",
+                "upgrade jobcore in this process",
+            )
+        if version < d.SCHEMA_VERSION:
+            self.migrate()
+        self._ready = True
+
+    def _now(self) -> datetime:
+        return to_millis(self.clock.now())
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def _session(self, session: ClientSession | None) -> ClientSession | None:
+        if session is None:
+            return None
+        if not isinstance(session, ClientSession) or session.client is not self._client:
+            raise OptionInvalid(
+                "session must be a ClientSession started from this driver's MongoClient",
+                "start it with client.start_session() on the client the driver was built with",
+            )
+        if session.in_transaction and "transactional_enqueue" not in self.capabilities:
+            raise NotSupported(
+                "this MongoDB server is standalone; it has no multi-document transactions",
+                "run MongoDB as a replica set (a single-node one will do) to enqueue inside a transaction",
+            )
+        return session
+
+    @translated
+    def enqueue(
+        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+        run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
+        key: str | None = None, session: ClientSession | None = None,
+    ) -> Job:
+        """See :meth:`jobcore.driver.JobDriver.enqueue`; ``session`` joins the caller's transaction."""
+        now = self._now()
+        new = v.new_job(
+            name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            max_attempts=max_attempts, key=key, now=now, default_max_attempts=self._default_max_attempts,
+        )
+        return self._store([new], now, self._session(session))[0]
+
+    @translated
+    def enqueue_many(self, specs: Iterable[Any], *, session: ClientSession | None = None) -> list[Job]:
+        """See :meth:`jobcore.driver.JobDriver.enqueue_many`; ``session`` joins the caller's transaction."""
+        now = self._now()
+        news = v.new_jobs(specs, now=now, default_max_attempts=self._default_max_attempts)
+        return self._store(news, now, self._session(session)) if news else []
+
+    def _next_seqs(self, count: int) -> int:
+        """Reserve ``count`` sequence numbers in one ``$inc``; answers the first.
+
+        Outside any caller transaction on purpose: the counter would otherwise serialize
+        every enqueueing transaction. An aborted transaction leaves a gap, which ids and
+        cursors tolerate.
+        """
+        for _ in range(3):
+            try:
+                found = self._meta.find_one_and_update(
+                    {"_id": "seq"}, {"$inc": {"value": count}}, upsert=True, return_document=ReturnDocument.AFTER,
+                )
+                if found is not None:
+                    return int(found["value"]) - count + 1
+            except pe.DuplicateKeyError:  # two first-ever upserts raced; the loser retries
+                continue
+        raise pe.OperationFailure("could not reserve enqueue sequence numbers")
+
+    def _holders(self, idents: set[tuple[str, str]], session: ClientSession | None) -> dict[tuple[str, str], Doc]:
+        if not idents:
+            return {}
+        query = {"$or": [{"name": n, "live_key": k} for n, k in sorted(idents)]}
+        return {(doc["name"], doc["live_key"]): doc for doc in self._jobs.find(query, session=session)}
+
+    def _store(self, news: list[v.NewJob], now: datetime, session: ClientSession | None) -> list[Job]:
+        """Insert what no live holder's key blocks; answer holders as duplicates (E02, E05)."""
+        self._ensure()
+        holders = self._holders({(n.name, n.key) for n in news if n.key is not None}, session)
+        answers: list[Job | None] = [None] * len(news)
+        first_in_batch: dict[tuple[str, str], int] = {}
+        repeats: list[tuple[int, int]] = []
+        fresh: list[int] = []
+        for index, new in enumerate(news):
+            if new.key is not None:
+                ident = (new.name, new.key)
+                if ident in holders:
+                    answers[index] = d.to_job(holders[ident], duplicate=True)
+                    continue
+                if ident in first_in_batch:
+                    repeats.append((index, first_in_batch[ident]))
+                    continue
+                first_in_batch[ident] = index
+            fresh.append(index)
+        if fresh:
+            first = self._next_seqs(len(fresh))
+            docs = [d.new_document(first + n, news[i], now) for n, i in enumerate(fresh)]
+            for i, doc in zip(fresh, docs, strict=True):
+                answers[i] = d.to_job(doc)
+            for position in self._insert(docs, session):
+                doc = docs[position]
+                answers[fresh[position]] = self._lost_race(doc, session)
+        for index, earlier in repeats:
+            answers[index] = attrs.evolve(answers[earlier], duplicate=True)  # type: ignore[misc]
+        return [job for job in answers if job is not None]
+
+    def _insert(self, docs: list[Doc], session: ClientSession | None) -> list[int]:
+        """Insert ``docs`` (one round trip); answer positions whose key a concurrent enqueue took."""
+        try:
+            if len(docs) == 1:
+                self._jobs.insert_one(docs[0], session=session)
+            else:
+                self._jobs.insert_many(docs, ordered=False, session=session)
+        except pe.DuplicateKeyError:
+            if session is not None:
+                raise
+            return [0]
+        except pe.BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if session is not None or any(e.get("code") != 11000 for e in errors):
+                raise
+            return [e["index"] for e in errors]
+        return []
+
+    def _lost_race(self, doc: Doc, session: ClientSession | None) -> Job:
+        """A key another enqueue took between our check and our insert: answer its holder."""
+        for _ in range(5):
+            holder = self._jobs.find_one({"name": doc["name"], "live_key": doc["live_key"]}, session=session)
+            if holder is not None:
+                return d.to_job(holder, duplicate=True)
+            try:  # the holder finished in between: the key is free again
+                self._jobs.insert_one(doc, session=session)
+                return d.to_job(doc)
+            except pe.DuplicateKeyError:
+                continue
+        raise pe.OperationFailure(f"key {doc['live_key']!r} kept changing hands during enqueue")
+
+    # -- claim -----------------------------------------------------------------------------
+
+    @translated
+    def claim(
+        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
+        drop_exhausted: Iterable[str] = (),
+    ) -> ClaimResult:
+        names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        self._ensure()
+        now = self._now()
+        buried = self._bury({"queue": {"$in": list(names)}}, drop, now)
+        take = _take_stages(worker, now, to_millis(now + span))
+        lapsed = {
+            "state": RUNNING, "queue": {"$in": list(names)}, "lease_expires_at": {"$lte": now},
+            "$expr": {"$lt": ["$attempt", "$max_attempts"]},
+        }
+        reclaim = [d.append_error(LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now), *take]
+        claimed: list[Claimed] = []
+        while len(claimed) < size:
+            doc = self._jobs.find_one_and_update(
+                lapsed, reclaim, sort=d.CLAIM_ORDER, return_document=ReturnDocument.AFTER,
+            )
+            if doc is None:
+                break
+            claimed.append(_claimed(doc))
+        due = {"queue": {"$in": list(names)}, "state": {"$in": [READY, SCHEDULED]}, "run_at": {"$lte": now}}
+        while len(claimed) < size:
+            doc = self._jobs.find_one_and_update(
+                due, take, sort=d.CLAIM_ORDER, hint=d.CLAIM_INDEX, return_document=ReturnDocument.AFTER,
+            )
+            if doc is None:
+                break
+            claimed.append(_claimed(doc))
+        return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
+
+    def _bury(self, scope: Doc, drop: frozenset[str], now: datetime) -> list[Job]:
+        """Settle every lapsed final-attempt job in ``scope``, one fenced write each (C08)."""
+        query = {
+            "state": RUNNING, **scope, "lease_expires_at": {"$lte": now},
+            "$expr": {"$gte": ["$attempt", "$max_attempts"]},
+        }
+        text = {"$concat": [
+            "lease lapsed on the final attempt (", {"$toString": "$attempt"}, " of ",
+            {"$toString": "$max_attempts"}, "); the worker likely crashed",
+        ]}
+        state = {"$cond": [{"$in": ["$name", {"$literal": sorted(drop)}]}, "failed", "dead"]}
+        update = [d.append_error(LEASE_LAPSED_FINAL, text, now), *d.finish_stages(state, now)]
+        buried: list[Job] = []
+        while True:
+            doc = self._jobs.find_one_and_update(
+                query, update, sort=[("lease_expires_at", 1), ("_id", 1)], return_document=ReturnDocument.AFTER,
+            )
+            if doc is None:
+                return buried
+            buried.append(d.to_job(doc))
+
+    # -- heartbeat and settle -------------------------------------------------------------
+
+    @translated
+    def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
+        v.check_token(token)
+        span = v.check_lease(lease)
+        fence = _fence(token)
+        if fence is None:
+            return False
+        found = self._jobs.update_one(fence, {"$set": {"lease_expires_at": to_millis(self._now() + span)}})
+        return found.matched_count == 1
+
+    def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
+        return self.ack_many([(token, result)])[0]
+
+    @translated
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+        checked: list[tuple[ClaimToken, str | None]] = []
+        for token, result in _pairs(items):
+            checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
+        if not checked:
+            return []
+        now = self._now()
+        if len(checked) == 1:
+            token, text = checked[0]
+            fence = _fence(token)
+            if fence is None:
+                return [None]
+            doc = self._jobs.find_one_and_update(fence, _ack_update(text, now), return_document=ReturnDocument.AFTER)
+            return [None if doc is None else d.to_job(doc)]
+        # A batch: one bulk write, each update fenced on its own token and stamped with its
+        # own mark, then one read of the marks tells which landed (two round trips in all).
+        batch = uuid.uuid4().hex
+        ops: list[UpdateOne] = []
+        marks: list[str | None] = []
+        for index, (token, text) in enumerate(checked):
+            fence = _fence(token)
+            if fence is None:
+                marks.append(None)
+                continue
+            mark = f"{batch}:{index}"
+            update = _ack_update(text, now)
+            update["$set"]["settle_mark"] = mark
+            ops.append(UpdateOne(fence, update))
+            marks.append(mark)
+        landed: dict[str, Doc] = {}
+        if ops:
+            self._jobs.bulk_write(ops, ordered=False)
+            wanted = [m for m in marks if m is not None]
+            landed = {doc["settle_mark"]: doc for doc in self._jobs.find({"settle_mark": {"$in": wanted}})}
+        return [None if m is None or m not in landed else d.to_job(landed[m]) for m in marks]
+
+    @translated
+    def nack(
+        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
+        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
+    ) -> Job | None:
+        v.check_token(token)
+        type_name, message = v.error_entry(error)
+        due = None if retry_at is None else v.check_time(retry_at, "retry_at")
+        _flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
+        fence = _fence(token)
+        if fence is None:
+            return None
+        now = self._now()
+        stages: list[Doc] = [d.append_error(type_name, message, now)]
+        if not counts_as_attempt:
+            stages.append({"$set": {"attempt": {"$subtract": ["$attempt", 1]}}})
+        if fail:
+            stages += d.finish_stages("failed", now)
+        elif park:
+            stages += [{"$set": {"state": "suspended"}}, {"$unset": ["lease_expires_at", "worker_id"]}]
+        else:
+            # The only decision that depends on the document: out of attempts or not.
+            final = {"$gte": ["$attempt", "$max_attempts"]}
+            stages += [
+                {"$set": {
+                    "state": {"$cond": [final, "dead" if dead_letter else "failed", SCHEDULED]},
+                    "run_at": {"$cond": [final, "$run_at", now if due is None else due]},
+                    "finished_at": {"$cond": [final, now, "$$REMOVE"]},
+                    "live_key": {"$cond": [final, "$$REMOVE", "$live_key"]},
+                }},
+                {"$unset": ["lease_expires_at", "worker_id"]},
+            ]
+        doc = self._jobs.find_one_and_update(fence, stages, return_document=ReturnDocument.AFTER)
+        return None if doc is None else d.to_job(doc)
+
+    # -- wake-ups, lifecycle ----------------------------------------------------------------
+
+    @translated
+    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Watcher | Silent:
+        names = frozenset(v.check_claim(queues, "subscriber", 1, 1, ())[0])
+        if not callable(callback):
+            raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
+        if "notify" not in self.capabilities:
+            return Silent()
+        watcher = Watcher(self, names, callback)
+        watcher.start()
+        with self._lock:
+            self._watchers.append(watcher)
+        return watcher
+
+    def close(self) -> None:
+        with self._lock:
+            watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            watcher.close()
+        if self._owns_client:
+            self._client.close()
+
+    def __repr__(self) -> str:
+        return f"MongoDriver(collection={self._jobs.full_name!r}, clock={self.clock!r})"
+
+
+def _take_stages(worker: str, now: datetime, expires: datetime) -> list[Doc]:
+    """Pipeline making a claimable job ``running`` for ``worker`` (C06)."""
+    return [{"$set": {
+        "state": RUNNING, "worker_id": {"$literal": worker}, "claim_no": {"$add": ["$claim_no", 1]},
+        "attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "lease_expires_at": expires,
+    }}]
+
+
+def _claimed(doc: Doc) -> Claimed:
+    job = d.to_job(doc)
+    return Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=doc["worker_id"], claim_no=doc["claim_no"]))
+
+
+def _fence(token: ClaimToken) -> Doc | None:
+    """The filter matching the job only while ``token`` is current (L01-L03)."""
+    seq = d.parse_id(token.job_id)
+    if seq is None or not isinstance(token.claim_no, int) or not isinstance(token.worker_id, str):
+        return None
+    return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": token.claim_no}
+
+
+def _ack_update(text: str | None, now: datetime) -> Doc:
+    update: Doc = {
+        "$set": {"state": JobState.DONE.value, "finished_at": now},
+        "$unset": {"lease_expires_at": "", "worker_id": "", "live_key": ""},
+    }
+    if text is None:
+        update["$unset"]["result"] = ""
+    else:
+        update["$set"]["result"] = text
+    return update
+
+
+def _pairs(items: object) -> list[tuple[Any, Any]]:
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
+    out = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise OptionInvalid("each item must be a (token, result) pair", "pass [(token, result), ...]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def _flags(**flags: object) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise OptionInvalid(f"{name} must be True or False, got {value!r:.40}", f"pass {name}=True or False")
+    if flags["fail"] and flags["park"]:
+        raise OptionInvalid("fail=True and park=True were both given", "fail the job or park it, not both")

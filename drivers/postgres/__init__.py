@@ -1,1 +1,466 @@
-"""PostgreSQL driver (in progress)."""
+"""The PostgreSQL driver: the whole JobDriver contract on psycopg 3 and a connection pool.
+
+Every statement is a named constant in :mod:`._sql`, rendered once per schema. The hot
+path is one statement per call: ``claim`` (burial, reclaim and due rows with ``FOR
+UPDATE SKIP LOCKED``), ``ack_many`` (every row fenced on its own token), ``enqueue`` and
+``enqueue_many`` (with their wake-up NOTIFY), ``nack``, ``heartbeat``. Time is the
+driver clock, passed as ``%(now)s``; the SQL never reads ``now()``.
+
+Faults. Every call runs through :func:`._errors.translated`, the one translation point.
+Pooled connections are probed without a round trip when taken (a server that dropped
+them has left them readable at EOF), so after a restart or
+``pg_terminate_backend`` the next call gets a fresh connection. Reads, ``heartbeat``
+and ``claim`` are retried once on a connection lost mid-call; writes that settle or
+insert are not (their reply may have been lost after they committed, and the caller
+must learn that). Retrying a claim is safe because of claim numbers: if the first
+attempt committed and only its reply was lost, the jobs it took stay ``running`` under
+a token nobody received; no live lease is ever handed out twice, and when that lease
+lapses the next claim moves ``claim_no``, so the lost token can never settle anything.
+
+Schema. jobcore owns its schema (``jobcore`` by default, configurable): call
+``driver.migrate()`` (or ``jobcore migrate``) at deploy time. A driver meeting a missing
+or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
+``auto_migrate=True`` (``?auto_migrate=true`` in the URL), which tests and demos use.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from jobcore import validate as v
+from jobcore.clock import Clock, SystemClock, to_millis
+from jobcore.driver import Duration
+from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job
+
+from . import _schema
+from ._errors import translated
+from ._introspect import PostgresIntrospector, PostgresLeases
+from ._notify import Listener, channel_for
+from ._rows import epoch_ms, job_from_row, parse_id
+from ._sql import Statements
+
+__all__ = ["PostgresDriver", "make_pool"]
+
+Row = tuple[Any, ...]
+_MAX_HOLDER_RETRIES = 5
+
+
+def _alive(conn: psycopg.Connection[Any]) -> bool:
+    """Whether a pooled connection survived its idle time, judged without a round trip.
+
+    An idle pooled connection has nothing to read; if its socket is readable the server
+    sent an error or closed it (restart, ``pg_terminate_backend``), so read what is there
+    and let libpq tell whether the connection survived.
+    """
+    if conn.closed or conn.broken:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        if readable:
+            conn.pgconn.consume_input()
+            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+                return False
+            conn.execute("")  # anything else pending (a notice): settle it with one empty query
+    except (psycopg.Error, OSError, ValueError):
+        return False
+    return True
+
+
+def make_pool(
+    conninfo: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0,
+    statement_timeout: Duration | None = None, **kwargs: Any,
+) -> ConnectionPool[Any]:
+    """A connection pool set up the way the driver wants it (autocommit, UTC).
+
+    ``statement_timeout`` (a duration) is applied to every pooled session; a statement
+    running longer is cancelled and surfaces as ``JC_DB_TIMEOUT``.
+    """
+    options = "-c TimeZone=UTC"
+    if statement_timeout is not None:
+        span = v.check_duration(statement_timeout, "statement_timeout", lo=timedelta(milliseconds=1), positive=True)
+        options += f" -c statement_timeout={max(1, span // timedelta(milliseconds=1))}"
+    connect: dict[str, Any] = {"autocommit": True, "options": options, "connect_timeout": 10, **kwargs}
+    return ConnectionPool(
+        conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
+    )
+
+
+_URL_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "schema": str,
+    "auto_migrate": lambda s: s.lower() in ("1", "true", "yes", "on"),
+    "statement_timeout": lambda s: float(s) / 1000,  # milliseconds, as PostgreSQL writes it
+    "pool_min": int,
+    "pool_max": int,
+    "default_max_attempts": int,
+}
+
+
+class PostgresDriver:
+    """The PostgreSQL :class:`~jobcore.driver.JobDriver`.
+
+    Args:
+        dsn_or_pool: A libpq connection string/URL (the driver makes and owns a pool) or a
+            ``psycopg_pool.ConnectionPool`` (shared; the driver never closes it).
+        schema: The schema holding jobcore's tables.
+        clock: Source of "now" (default: UTC wall time).
+        default_max_attempts: ``max_attempts`` for jobs enqueued without one.
+        auto_migrate: Install or upgrade the schema on first use instead of raising
+            ``JC_SCHEMA_OUTDATED`` (convenient for tests; production runs ``migrate``).
+        statement_timeout: Per-statement limit for the pool this driver makes.
+        pool_min, pool_max: Size of the pool this driver makes.
+    """
+
+    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue"})
+
+    def __init__(
+        self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
+        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, auto_migrate: bool = False,
+        statement_timeout: Duration | None = None, pool_min: int = 1, pool_max: int = 10,
+    ) -> None:
+        self.schema = v.check_name(schema, "schema")
+        if len(self.schema.encode()) > 63:
+            raise OptionInvalid(f"schema name {schema!r:.80} is longer than 63 bytes", "use a shorter schema name")
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
+        self._auto_migrate = bool(auto_migrate)
+        if isinstance(dsn_or_pool, str):
+            self._pool = make_pool(
+                dsn_or_pool, min_size=v.check_int(pool_min, "pool_min", 0, 1000),
+                max_size=v.check_int(pool_max, "pool_max", max(1, pool_min), 1000), statement_timeout=statement_timeout,
+            )
+            self._owns_pool = True
+        elif isinstance(dsn_or_pool, ConnectionPool):
+            self._pool = dsn_or_pool
+            self._owns_pool = False
+        else:
+            raise OptionInvalid(
+                f"dsn_or_pool must be a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}",
+                "pass 'postgresql://user@host/db' or a psycopg_pool.ConnectionPool",
+            )
+        self.q = Statements(self.schema)
+        self.channel = channel_for(self.schema)
+        self._schema_ok = False
+        self._schema_lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._closed = False
+        self.leases = PostgresLeases(self)
+        self.introspect = PostgresIntrospector(self)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresDriver:
+        """Build from ``postgresql://user:pass@host:port/db?schema=...``.
+
+        jobcore's own URL options (``schema``, ``auto_migrate``, ``statement_timeout`` in ms,
+        ``pool_min``, ``pool_max``, ``default_max_attempts``) are taken out; the rest of the
+        URL goes to libpq unchanged. Keyword ``options`` win over the URL.
+        """
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
+        taken: dict[str, Any] = {}
+        rest = []
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            if name in _URL_OPTIONS:
+                try:
+                    taken[name] = _URL_OPTIONS[name](value)
+                except ValueError:
+                    raise UrlInvalid(f"URL option {name}={value!r:.40} is not valid") from None
+            else:
+                rest.append((name, value))
+        conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        return cls(conninfo, **{**taken, **options})
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _now(self) -> datetime:
+        return to_millis(self.clock.now())
+
+    def _ensure_schema(self) -> None:
+        if self._schema_ok:
+            return
+        with self._schema_lock:  # a second thread racing here re-checks: harmless, it is read-only
+            with translated(self.schema), self._connection() as conn:
+                version = _schema.current_version(conn, self.schema)
+            if version is None or version < _schema.LATEST:
+                if not self._auto_migrate:
+                    state = "is not installed" if version is None else f"is at version {version}"
+                    raise SchemaOutdated(
+                        f"jobcore's schema {self.schema!r} {state}; this jobcore needs version {_schema.LATEST}"
+                    )
+                self._migrate()
+            elif version > _schema.LATEST:
+                raise SchemaOutdated(
+                    f"schema {self.schema!r} is at version {version}, newer than this jobcore ({_schema.LATEST})",
+                    "upgrade jobcore in this process",
+                )
+            self._schema_ok = True
+
+    def _fetch(
+        self, query: bytes, params: Mapping[str, Any] | None = None, *,
+        conn: psycopg.Connection[Any] | None = None, retry: bool = False,
+    ) -> list[Row]:
+        """Run one statement and answer its rows (on ``conn`` when given: the caller's transaction)."""
+        self._ensure_schema()
+        with translated(self.schema):
+            if conn is not None:
+                with conn.cursor() as cur:
+                    cur.execute(query, params)
+                    return cur.fetchall() if cur.description is not None else []
+        for attempt in (1, 2):
+            try:
+                with translated(self.schema), self._connection() as pooled:
+                    cur = pooled.execute(query, params)
+                    return cur.fetchall() if cur.description is not None else []
+            except BackendUnavailable:
+                if not retry or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection that survived its idle time (dead ones are closed and replaced).
+
+        The pool's own ``check`` hook would back off a second and more between dead
+        connections; after a restart every idle one is dead, so they are dropped here
+        without waiting.
+        """
+        for _ in range(64):
+            conn = self._pool.getconn()
+            if _alive(conn):
+                break
+            conn.close()
+            self._pool.putconn(conn)  # the pool discards a closed connection and opens a new one
+        else:
+            raise psycopg.OperationalError("every pooled connection was dead")
+        try:
+            with conn:
+                yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection inside one transaction, errors translated."""
+        self._ensure_schema()
+        with translated(self.schema), self._connection() as conn, conn.transaction():
+            yield conn
+
+    def _check_conn(self, connection: object) -> psycopg.Connection[Any] | None:
+        if connection is None or isinstance(connection, psycopg.Connection):
+            return connection
+        raise OptionInvalid(
+            f"connection must be a psycopg Connection, got {type(connection).__name__}",
+            "pass the psycopg.Connection whose transaction the job should join",
+        )
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    def enqueue(
+        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+        run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
+        key: str | None = None, connection: psycopg.Connection[Any] | None = None,
+    ) -> Job:
+        """Store one job (E01, E02); ``connection=`` joins the caller's transaction."""
+        conn = self._check_conn(connection)
+        now = self._now()
+        new = v.new_job(
+            name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            max_attempts=max_attempts, key=key, now=now, default_max_attempts=self._default_max_attempts,
+        )
+        return self._insert([new], now, conn)[0]
+
+    def enqueue_many(self, specs: Iterable[Any], *, connection: psycopg.Connection[Any] | None = None) -> list[Job]:
+        """Store a batch in one round trip (E05); ``connection=`` joins the caller's transaction."""
+        conn = self._check_conn(connection)
+        now = self._now()
+        news = v.new_jobs(specs, now=now, default_max_attempts=self._default_max_attempts)
+        return self._insert(news, now, conn) if news else []
+
+    def _insert(self, news: Sequence[v.NewJob], now: datetime, conn: psycopg.Connection[Any] | None) -> list[Job]:
+        answers: dict[int, Job] = {}
+        pending = list(range(len(news)))
+        for _ in range(_MAX_HOLDER_RETRIES):
+            batch = [news[i] for i in pending]
+            rows = self._fetch(self.q.ENQUEUE, {
+                "names": [n.name for n in batch], "queues": [n.queue for n in batch],
+                "payloads": [n.payload for n in batch], "states": [n.state.value for n in batch],
+                "priorities": [n.priority for n in batch], "run_ats": [n.run_at for n in batch],
+                "max_attempts": [n.max_attempts for n in batch], "keys": [n.key for n in batch],
+                "now": now, "channel": self.channel,
+            }, conn=conn)
+            for row in rows:
+                index = pending[row[0] - 1]
+                answers.setdefault(index, job_from_row(row[2:], duplicate=row[1]))
+            missing = [i for i in pending if i not in answers]
+            # A key held by a row another transaction committed after this statement's
+            # snapshot: look the holder up with a fresh snapshot; if it already finished,
+            # the key is free and the next round inserts.
+            for index in missing:
+                found = self._fetch(self.q.KEY_HOLDER, {"name": news[index].name, "key": news[index].key}, conn=conn)
+                if found:
+                    answers[index] = job_from_row(found[0], duplicate=True)
+            pending = [i for i in missing if i not in answers]
+            if not pending:
+                return [answers[i] for i in range(len(news))]
+        raise BackendUnavailable(
+            "an idempotency key kept changing hands while enqueueing", "retry the enqueue"
+        )
+
+    # -- claim and settle ----------------------------------------------------------------
+
+    def claim(
+        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
+        drop_exhausted: Iterable[str] = (),
+    ) -> ClaimResult:
+        names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        now = self._now()
+        rows = self._fetch(self.q.CLAIM, {
+            "queues": list(names), "worker": worker, "limit": size, "now": now, "now_ms": epoch_ms(now),
+            "expires": to_millis(now + span), "drop": sorted(drop),
+        }, retry=True)
+        claimed: list[Claimed] = []
+        buried: list[Job] = []
+        for row in rows:
+            job = job_from_row(row[2:])
+            if row[0] == 0:
+                token = ClaimToken(job_id=job.id, worker_id=worker, claim_no=job.claim_no)
+                claimed.append(Claimed(job=job, token=token))
+            else:
+                buried.append(job)
+        return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
+
+    def _fence(self, token: ClaimToken) -> dict[str, Any] | None:
+        ident = parse_id(token.job_id) if isinstance(token.job_id, str) else None
+        if ident is None or not isinstance(token.worker_id, str) or isinstance(token.claim_no, bool):
+            return None
+        if not isinstance(token.claim_no, int) or not 0 <= token.claim_no < 2**63:
+            return None
+        return {"id": ident, "worker": token.worker_id, "claim_no": token.claim_no}
+
+    def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
+        v.check_token(token)
+        span = v.check_lease(lease)
+        fence = self._fence(token)
+        if fence is None:
+            return False
+        rows = self._fetch(self.q.HEARTBEAT, {**fence, "expires": to_millis(self._now() + span)}, retry=True)
+        return bool(rows)
+
+    def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
+        return self.ack_many([(token, result)])[0]
+
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+        checked: list[tuple[ClaimToken, str | None]] = []
+        for token, result in _pairs(items):
+            checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
+        answers: list[Job | None] = [None] * len(checked)
+        ids, workers, claims, results, where = [], [], [], [], []
+        seen: set[tuple[int, str, int]] = set()
+        for index, (token, text) in enumerate(checked):
+            fence = self._fence(token)
+            if fence is None:
+                continue
+            ident = (fence["id"], fence["worker"], fence["claim_no"])
+            if ident in seen:  # the same token twice: the first lands, the second finds it settled
+                continue
+            seen.add(ident)
+            ids.append(fence["id"])
+            workers.append(fence["worker"])
+            claims.append(fence["claim_no"])
+            results.append(text)
+            where.append(index)
+        if not ids:
+            return answers
+        rows = self._fetch(self.q.ACK_MANY, {
+            "ids": ids, "workers": workers, "claims": claims, "results": results, "now": self._now(),
+        })
+        for row in rows:
+            answers[where[row[0] - 1]] = job_from_row(row[1:])
+        return answers
+
+    def nack(
+        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
+        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
+    ) -> Job | None:
+        v.check_token(token)
+        type_name, message = v.error_entry(error)
+        due = None if retry_at is None else v.check_time(retry_at, "retry_at")
+        _flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
+        fence = self._fence(token)
+        if fence is None:
+            return None
+        now = self._now()
+        rows = self._fetch(self.q.NACK, {
+            **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
+            "dead_letter": dead_letter, "type": type_name, "message": message, "now": now,
+            "now_ms": epoch_ms(now), "retry_at": now if due is None else due, "channel": self.channel,
+        })
+        return job_from_row(rows[0]) if rows else None
+
+    # -- wake-ups, schema, lifecycle -------------------------------------------------------
+
+    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Listener:
+        names = v.check_claim(queues, "subscriber", 1, 1, ())[0]
+        if not callable(callback):
+            raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
+        pool_kwargs = self._pool.kwargs if isinstance(self._pool.kwargs, dict) else {}
+        conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
+        kwargs = {k: val for k, val in pool_kwargs.items() if k != "autocommit"}
+        listener = Listener(conninfo, kwargs, self.channel, names, callback)
+        self._listeners.append(listener)
+        return listener
+
+    def migrate(self) -> None:
+        """Install or upgrade jobcore's schema; idempotent, safe to run from several processes."""
+        self._migrate()
+        self._schema_ok = True
+
+    def _migrate(self) -> None:
+        with translated(self.schema), self._connection() as conn:
+            before = _schema.migrate(conn, self.schema)
+        if before > _schema.LATEST:
+            raise SchemaOutdated(
+                f"schema {self.schema!r} is at version {before}, newer than this jobcore ({_schema.LATEST})",
+                "upgrade jobcore in this process",
+            )
+
+    def close(self) -> None:
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener.close()
+        if self._owns_pool and not self._closed:
+            self._pool.close()
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"PostgresDriver(schema={self.schema!r}, clock={self.clock!r})"
+
+
+def _pairs(items: object) -> list[tuple[Any, Any]]:
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
+    out = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise OptionInvalid("each item must be a (token, result) pair", "pass [(token, result), ...]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def _flags(**flags: object) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise OptionInvalid(f"{name} must be True or False, got {value!r:.40}", f"pass {name}=True or False")
+    if flags["fail"] and flags["park"]:
+        raise OptionInvalid("fail=True and park=True were both given", "fail the job or park it, not both")
+

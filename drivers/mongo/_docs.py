@@ -1,0 +1,192 @@
+"""Document shapes of the MongoDB driver: the job document, its indexes, queries and update pipelines.
+
+A job is one document in ``<prefix>jobs``::
+
+    _id            int64, the store's enqueue sequence (job id = str(_id))
+    name, queue    str
+    payload        str, the canonical JSON text from validate.encode_json
+    state          str (JobState value)
+    priority, attempt, max_attempts, claim_no      int
+    run_at, created_at                             BSON date (ms)
+    attempted_at, finished_at, lease_expires_at    BSON date, absent when None
+    worker_id, key, result                         absent when None
+    live_key       the key, present only while the job is live (partial unique index)
+    errors         [{type, message, at, attempt}], oldest first
+
+Payloads and results are stored as JSON text, never as BSON documents, so keys that
+begin with ``$`` or hold a ``.``, integers beyond int64, and every other value
+:func:`jobcore.validate.encode_json` accepts come back byte-for-byte. Every user string
+placed in an update pipeline is wrapped in ``$literal`` so it can never be read as a
+field path or an operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, IndexModel
+
+from jobcore import validate as v
+from jobcore.clock import to_millis
+from jobcore.records import Job, JobError, JobFilter, JobState
+
+__all__ = [
+    "CLAIM_INDEX",
+    "CLAIM_ORDER",
+    "INDEXES",
+    "LEASE_INDEX",
+    "SCHEMA_VERSION",
+    "append_error",
+    "filter_query",
+    "parse_id",
+    "to_job",
+]
+
+SCHEMA_VERSION = 1
+"""Bumped whenever the document shape or the index set changes."""
+
+CLAIM_INDEX = "jc_claim"
+LEASE_INDEX = "jc_lease"
+CLAIM_ORDER = [("priority", DESCENDING), ("run_at", ASCENDING), ("_id", ASCENDING)]
+"""C02: higher priority first, then earlier run_at, then enqueue order."""
+
+INDEXES = [
+    # C01/C02: equality on queue and state, then the claim order, so a claim reads the
+    # first index entry of each (queue, state) run and never scans or sorts the collection.
+    IndexModel([("queue", ASCENDING), ("state", ASCENDING), *CLAIM_ORDER], name=CLAIM_INDEX),
+    # C07/C08/C10: lapsed leases, per queue (claim) or across queues (rescue).
+    IndexModel([("state", ASCENDING), ("queue", ASCENDING), ("lease_expires_at", ASCENDING)], name=LEASE_INDEX),
+    # E02: one live holder per (name, key). A partial index on $exists rather than on
+    # state $in [...], because partialFilterExpression accepts $in only on newer servers.
+    IndexModel(
+        [("name", ASCENDING), ("live_key", ASCENDING)], name="jc_live_key", unique=True,
+        partialFilterExpression={"live_key": {"$exists": True}},
+    ),
+    # O07 listing and O05 bulk verbs narrowed by state or queue, newest (highest _id) first.
+    IndexModel([("state", ASCENDING), ("_id", DESCENDING)], name="jc_list_state"),
+    IndexModel([("queue", ASCENDING), ("_id", DESCENDING)], name="jc_list_queue"),
+    # O08 dead letters (and retention by finished_at), most recently finished first.
+    IndexModel([("state", ASCENDING), ("finished_at", DESCENDING), ("_id", DESCENDING)], name="jc_finished"),
+]
+
+_MAX_ID = 2**63 - 1
+
+
+def parse_id(job_id: object) -> int | None:
+    """The ``_id`` of an id this driver handed out, or ``None`` for a malformed one (O09)."""
+    if not isinstance(job_id, str) or not job_id.isascii() or not job_id.isdigit() or len(job_id) > 19:
+        return None
+    if job_id != str(int(job_id)):  # leading zeros: not an id this driver made
+        return None
+    value = int(job_id)
+    return value if 0 < value <= _MAX_ID else None
+
+
+def _when(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
+
+
+def to_job(doc: Mapping[str, Any], *, duplicate: bool = False) -> Job:
+    """The :class:`Job` record of a stored document."""
+    errors = tuple(
+        JobError(type=e["type"], message=e["message"], at=e["at"], attempt=e.get("attempt", 0))
+        for e in doc.get("errors") or ()
+    )
+    return Job(
+        id=str(doc["_id"]), name=doc["name"], queue=doc["queue"], payload=v.decode_json(doc["payload"]),
+        state=doc["state"], priority=doc["priority"], attempt=doc["attempt"], max_attempts=doc["max_attempts"],
+        run_at=doc["run_at"], created_at=doc["created_at"], attempted_at=_when(doc.get("attempted_at")),
+        finished_at=_when(doc.get("finished_at")), worker_id=doc.get("worker_id"), claim_no=doc.get("claim_no", 0),
+        lease_expires_at=_when(doc.get("lease_expires_at")), key=doc.get("key"),
+        result=v.decode_json(doc.get("result")), last_error=errors[-1] if errors else None, errors=errors,
+        duplicate=duplicate,
+    )
+
+
+def new_document(seq: int, new: v.NewJob, now: datetime) -> dict[str, Any]:
+    """The document inserted for a checked :class:`~jobcore.validate.NewJob`."""
+    doc: dict[str, Any] = {
+        "_id": seq, "name": new.name, "queue": new.queue, "payload": new.payload, "state": new.state.value,
+        "priority": new.priority, "attempt": 0, "max_attempts": new.max_attempts, "run_at": new.run_at,
+        "created_at": now, "claim_no": 0, "errors": [],
+    }
+    if new.key is not None:
+        doc["key"] = new.key
+        doc["live_key"] = new.key
+    return doc
+
+
+def append_error(type_name: str, message: Any, now: datetime) -> dict[str, Any]:
+    """A pipeline ``$set`` appending one error entry for the document's current attempt.
+
+    ``message`` is a str (wrapped in ``$literal``) or an aggregation expression.
+    """
+    text = {"$literal": message} if isinstance(message, str) else message
+    entry = {"type": {"$literal": type_name}, "message": text, "at": now, "attempt": "$attempt"}
+    return {"$set": {"errors": {"$concatArrays": [{"$ifNull": ["$errors", []]}, [entry]]}}}
+
+
+def finish_stages(state: Any, now: datetime) -> list[dict[str, Any]]:
+    """Pipeline stages settling a job finished: state, ``finished_at``, no lease, holder or live key."""
+    return [
+        {"$set": {"state": state, "finished_at": now}},
+        {"$unset": ["lease_expires_at", "worker_id", "live_key"]},
+    ]
+
+
+def states_in(states: Iterable[JobState]) -> dict[str, Any]:
+    """``{"$in": [...]}`` over state values, in a stable order."""
+    return {"$in": sorted(s.value for s in states)}
+
+
+def _prefix_ranges(prefix: str) -> dict[str, Any]:
+    """``_id`` ranges whose decimal text starts with ``prefix`` (ids are str(seq), no leading zeros)."""
+    if not prefix.isascii() or not prefix.isdigit() or prefix.startswith("0") or len(prefix) > 19:
+        return {"_id": {"$in": []}}
+    head = int(prefix)
+    ranges = []
+    for extra in range(20 - len(prefix)):
+        lo, hi = head * 10**extra, (head + 1) * 10**extra - 1
+        if lo > _MAX_ID:
+            break
+        ranges.append({"_id": {"$gte": lo, "$lte": min(hi, _MAX_ID)}})
+    return {"$or": ranges}
+
+
+def _ceil_millis(value: datetime) -> datetime:
+    """``value`` rounded up to the millisecond: stored times are whole milliseconds, so
+    ``t >= value`` and ``t < value`` mean the same with the bound rounded up, and BSON
+    would otherwise truncate the bound (and move the edge) on the way to the server."""
+    low = to_millis(value)
+    return low if low == value else low + timedelta(milliseconds=1)
+
+
+def filter_query(flt: JobFilter, guard: Iterable[JobState] | None = None) -> dict[str, Any] | None:
+    """The query for a checked :class:`JobFilter`, narrowed to ``guard`` states.
+
+    ``None`` when the filter and the guard leave no state at all (O05: such a filter
+    moves nothing).
+    """
+    clauses: list[dict[str, Any]] = []
+    if flt.queue is not None:
+        clauses.append({"queue": flt.queue})
+    if flt.name is not None:
+        clauses.append({"name": flt.name})
+    states: frozenset[JobState] | None = flt.state
+    if guard is not None:
+        states = frozenset(guard) if states is None else states & frozenset(guard)
+    if states is not None:
+        if not states:
+            return None
+        clauses.append({"state": states_in(states)})
+    if flt.id_prefix:
+        clauses.append(_prefix_ranges(flt.id_prefix))
+    if flt.created_from is not None:
+        clauses.append({"created_at": {"$gte": _ceil_millis(flt.created_from)}})
+    if flt.created_to is not None:
+        clauses.append({"created_at": {"$lt": _ceil_millis(flt.created_to)}})
+    if not clauses:
+        return {}
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}

@@ -1,0 +1,91 @@
+"""Fleet-wide counted slots (rules K) in ``<prefix>leases``: one document per key, a ``slots`` array.
+
+Each verb is one atomic single-document write. ``acquire`` is an upserting pipeline
+update that drops expired slots, refreshes the holder's own slot, or appends a new one
+only while fewer than ``limit`` live slots remain; the answer is whether the holder's
+slot is in the document it wrote. Concurrent acquirers of one key serialize on that
+document, so the count can never exceed ``limit``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pymongo import ReturnDocument
+from pymongo import errors as pe
+from pymongo.collection import Collection
+
+from jobcore import validate as v
+from jobcore.clock import to_millis
+from jobcore.driver import Duration
+
+from ._errors import translated
+
+if TYPE_CHECKING:
+    from . import MongoDriver
+
+__all__ = ["MongoLeases"]
+
+
+class MongoLeases:
+    """The :class:`~jobcore.driver.LeaseStore` of the MongoDB driver."""
+
+    def __init__(self, driver: MongoDriver, collection: Collection[dict[str, Any]]) -> None:
+        self._driver, self._slots = driver, collection
+
+    @translated
+    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        count = v.check_int(limit, "limit", 1, 1_000_000)
+        span = v.check_lease(ttl, "ttl")
+        now = self._driver._now()
+        expires = to_millis(now + span)
+        me = {"$literal": holder}
+        live = {"$filter": {"input": {"$ifNull": ["$slots", []]}, "as": "s", "cond": {"$gt": ["$$s.expires", now]}}}
+        # "$slots.holder" on an empty array differs between servers; $map does not.
+        holders = {"$map": {"input": "$slots", "as": "s", "in": "$$s.holder"}}
+        mine = {"holder": me, "expires": expires}
+        pipeline: list[dict[str, Any]] = [
+            {"$set": {"slots": live}},
+            {"$set": {"slots": {"$cond": [
+                {"$in": [me, holders]},
+                {"$map": {"input": "$slots", "as": "s", "in": {
+                    "$cond": [{"$eq": ["$$s.holder", me]}, mine, "$$s"],
+                }}},
+                {"$cond": [
+                    {"$lt": [{"$size": "$slots"}, count]}, {"$concatArrays": ["$slots", [mine]]}, "$slots",
+                ]},
+            ]}}},
+        ]
+        doc = None
+        for _ in range(3):
+            try:
+                doc = self._slots.find_one_and_update(
+                    {"_id": key}, pipeline, upsert=True, return_document=ReturnDocument.AFTER,
+                )
+            except pe.DuplicateKeyError:  # two first-ever upserts of this key raced; retry
+                continue
+            if doc is not None:
+                break
+            # None from an upsert means the server applied it as an update after a race
+            # without returning the document (the stand-in server does this; real MongoDB
+            # answers the document). Acquire is idempotent for a holder, so run it again.
+        return doc is not None and any(slot.get("holder") == holder for slot in doc.get("slots", ()))
+
+    @translated
+    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        span = v.check_lease(ttl, "ttl")
+        now = self._driver._now()
+        found = self._slots.update_one(
+            {"_id": key, "slots": {"$elemMatch": {"holder": holder, "expires": {"$gt": now}}}},
+            {"$set": {"slots.$[mine].expires": to_millis(now + span)}},
+            array_filters=[{"mine.holder": holder}],
+        )
+        return found.matched_count == 1
+
+    @translated
+    def release(self, key: str, holder: str) -> bool:
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        found = self._slots.update_one({"_id": key, "slots.holder": holder}, {"$pull": {"slots": {"holder": holder}}})
+        return found.modified_count == 1

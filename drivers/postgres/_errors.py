@@ -1,0 +1,58 @@
+"""The one place psycopg errors become jobcore's coded errors.
+
+Every database call of the driver runs inside :func:`translated`, so a caller never sees
+a raw psycopg exception; the original stays on ``__cause__``:
+
+* a cancelled statement (``statement_timeout``, ``lock_timeout``) -> ``BackendTimeout``;
+* a lost or refused connection, a server shutdown, an exhausted pool -> ``BackendUnavailable``;
+* a missing table or schema -> ``SchemaOutdated`` (run ``jobcore migrate``);
+* anything else -> ``BackendFailure``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg
+
+from jobcore.errors import (
+    BackendError,
+    BackendFailure,
+    BackendTimeout,
+    BackendUnavailable,
+    SchemaOutdated,
+)
+
+__all__ = ["translate", "translated"]
+
+
+def translate(exc: BaseException, schema: str = "") -> BackendError:
+    """The coded jobcore error for a psycopg (or pool) exception."""
+    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    if isinstance(exc, pg.QueryCanceled | pg.LockNotAvailable):
+        return BackendTimeout(f"the database cancelled the statement: {text}")
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return BackendUnavailable(
+            f"no database connection could be had in time: {text}",
+            "check that PostgreSQL is up and reachable, or raise the pool size",
+        )
+    if isinstance(exc, pg.UndefinedTable | pg.InvalidSchemaName | pg.UndefinedColumn):
+        return SchemaOutdated(
+            f"jobcore's tables in schema {schema!r} are missing or old: {text}",
+            "run `jobcore migrate --url ...` (or driver.migrate()) with this jobcore",
+        )
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return BackendUnavailable(f"the database connection failed: {text}")
+    return BackendFailure(f"the database refused the statement: {type(exc).__name__}: {text}")
+
+
+@contextlib.contextmanager
+def translated(schema: str = "") -> Iterator[None]:
+    """Run the block, turning any psycopg error into its jobcore error (original on ``__cause__``)."""
+    try:
+        yield
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        raise translate(exc, schema) from exc

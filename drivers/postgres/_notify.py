@@ -1,0 +1,98 @@
+"""LISTEN/NOTIFY wake-ups: one listener thread per subscription, on its own connection.
+
+Writes that make a job due (enqueue, nack to a due retry, requeue, promote, resume,
+rescue) call ``pg_notify(channel, queue)`` in the same statement, so the wake-up is
+delivered at commit and never for a rolled-back write. The channel is per schema.
+A subscription's thread LISTENs on a dedicated autocommit connection (a pooled one
+would hand the LISTEN to someone else) and calls ``callback(queue)`` for the queues it
+was given. When the connection drops it reconnects with backoff and then calls the
+callback for every queue once, since wake-ups sent meanwhile were lost; polling stays
+the floor either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["Listener", "channel_for"]
+
+log = logging.getLogger("jobcore.drivers.postgres")
+
+
+def channel_for(schema: str) -> str:
+    """The NOTIFY channel of ``schema`` (channel names are limited to 63 bytes)."""
+    name = f"jobcore.{schema}"
+    if len(name.encode()) <= 63:
+        return name
+    return f"jobcore.{hashlib.sha1(schema.encode()).hexdigest()}"  # noqa: S324 - a name, not a secret
+
+
+class Listener:
+    """A running subscription; :meth:`close` stops its thread (idempotent)."""
+
+    def __init__(
+        self, conninfo: str, kwargs: dict[str, Any], channel: str, queues: Iterable[str],
+        callback: Callable[[str], None],
+    ) -> None:
+        self._conninfo, self._kwargs = conninfo, {**kwargs, "autocommit": True}
+        self._channel = channel
+        self._queues = frozenset(queues)
+        self._callback = callback
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name=f"jobcore-listen-{channel}", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)  # LISTEN is in place before subscribe() returns (when the server answers)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self._conninfo, **self._kwargs)
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        return conn
+
+    def _deliver(self, queue: str) -> None:
+        if queue in self._queues:
+            try:
+                self._callback(queue)
+            except Exception:
+                log.exception("jobcore wake-up callback failed for queue %r", queue)
+
+    def _run(self) -> None:
+        delay = 0.1
+        lost = False
+        while not self._stop.is_set():
+            try:
+                self._conn = self._connect()
+                self._ready.set()
+                delay = 0.1
+                if lost:  # wake-ups may have been missed while we were away
+                    for queue in sorted(self._queues):
+                        self._deliver(queue)
+                while not self._stop.is_set():
+                    for note in self._conn.notifies(timeout=0.25):
+                        self._deliver(note.payload)
+            except psycopg.Error as exc:
+                if self._stop.is_set():
+                    break
+                log.warning("jobcore listener lost its connection (%s); reconnecting", exc)
+                lost = True
+                self._ready.set()
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+            finally:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+
+    def close(self) -> None:
+        """Stop listening and join the thread."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)

@@ -1,0 +1,78 @@
+"""Rows to records, and the parameter shapes the statements in ``_sql`` take.
+
+A row is :data:`~jobcore.drivers.postgres._sql.JOB_COLUMNS` in order. Times come back in
+the session's time zone and are normalised to UTC; error entries store ``at`` as epoch
+milliseconds so no text date format is involved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from jobcore.clock import to_millis
+from jobcore.records import Job, JobError, JobFilter, JobState
+
+__all__ = ["epoch_ms", "filter_params", "job_from_row", "parse_id"]
+
+_UTC = timezone.utc
+_EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
+_MAX_ID = 2**63 - 1
+
+
+def epoch_ms(value: datetime) -> int:
+    """Milliseconds since the epoch of an aware datetime."""
+    return (to_millis(value) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(_UTC)
+
+
+def _error(entry: dict[str, Any]) -> JobError:
+    return JobError(
+        type=entry["type"], message=entry["message"],
+        at=_EPOCH + timedelta(milliseconds=entry["at"]), attempt=entry["attempt"],
+    )
+
+
+def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
+    """The :class:`Job` of one row of ``JOB_COLUMNS``."""
+    (
+        id_, name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,
+        attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors,
+    ) = row
+    history = tuple(_error(e) for e in errors)
+    return Job(
+        id=str(id_), name=name, queue=queue, payload=json.loads(payload), state=JobState(state),
+        priority=priority, attempt=attempt, max_attempts=max_attempts, run_at=run_at.astimezone(_UTC),
+        created_at=created_at.astimezone(_UTC), attempted_at=_utc(attempted_at), finished_at=_utc(finished_at),
+        worker_id=worker_id, claim_no=claim_no, lease_expires_at=_utc(lease_expires_at), key=key,
+        result=None if result is None else json.loads(result),
+        last_error=history[-1] if history else None, errors=history, duplicate=duplicate,
+    )
+
+
+def parse_id(text: str) -> int | None:
+    """The bigint behind a job id, or None for anything no row can have (O09)."""
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    value = int(text)
+    return value if 0 < value <= _MAX_ID else None
+
+
+def filter_params(flt: JobFilter, guard: frozenset[JobState]) -> dict[str, Any] | None:
+    """The ``f_*`` parameters of a checked filter under a verb's state guard; None if nothing can match."""
+    states = guard if flt.state is None else guard & flt.state
+    if not states:
+        return None
+    return {
+        "f_queue": flt.queue,
+        "f_name": flt.name,
+        "f_states": sorted(s.value for s in states),
+        "f_prefix": flt.id_prefix,
+        "f_from": flt.created_from,
+        "f_to": flt.created_to,
+    }

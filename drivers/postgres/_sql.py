@@ -1,0 +1,440 @@
+"""Every statement the PostgreSQL driver runs, as named constants.
+
+Templates name their tables as ``{jobs}``, ``{leases}``, ``{versions}`` and ``{seq}``;
+:class:`Statements` fills those with quoted identifiers of the configured schema once per
+driver and keeps the rendered bytes, so the hot path never composes SQL. Values are
+always bind parameters (``%(name)s``); nothing a caller passes is ever spliced into text.
+Every time comparison takes ``%(now)s`` (the driver clock), never ``now()``.
+
+Rows come back as :data:`JOB_COLUMNS` in that order; ``_rows.job_from_row`` maps them.
+Payloads and results are ``text`` holding the canonical JSON of ``validate.encode_json``
+(``jsonb`` would reorder keys and rewrite numbers); the error history is a ``jsonb``
+array of ``{type, message, at (epoch ms), attempt}``.
+"""
+
+# ruff: noqa: S608 - templates are built from constants and quoted identifiers only; values are bind parameters
+from __future__ import annotations
+
+from typing import Final
+
+from psycopg import sql
+
+__all__ = ["JOB_COLUMNS", "Statements"]
+
+JOB_COLUMNS: Final = (
+    "id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
+    "created_at", "attempted_at", "finished_at", "worker_id", "claim_no", "lease_expires_at", "key",
+    "result", "errors",
+)
+_COLS: Final = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
+_BARE: Final = ", ".join(JOB_COLUMNS)
+
+_LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
+_FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
+
+
+def _entry(type_sql: str, message_sql: str) -> str:
+    """An error-history entry appended to ``j.errors`` (``j.attempt`` is the attempt it ended)."""
+    return (
+        f"j.errors || jsonb_build_array(jsonb_build_object('type', {type_sql}, 'message', {message_sql}, "
+        "'at', %(now_ms)s::bigint, 'attempt', j.attempt))"
+    )
+
+
+_LEASE_EXPIRED: Final = _entry("'LeaseExpired'::text", "'lease expired before the attempt finished'::text")
+_BURIAL_ENTRY: Final = _entry(
+    "'LeaseLapsedFinalAttempt'::text",
+    "'lease lapsed on the final attempt (' || j.attempt || ' of ' || j.max_attempts"
+    " || '); the worker likely crashed'",
+)
+_WOKE = (
+    "woke AS (SELECT count(*) AS n FROM (SELECT pg_notify(%(channel)s, q.queue) "
+    "FROM (SELECT DISTINCT u.queue FROM {source} AS u WHERE {cond}) AS q) AS w)"
+)
+"""A CTE that NOTIFYs each queue once; delivered at commit, so a rolled-back write wakes nobody.
+A plain SELECT CTE only runs when referenced, so every statement using it cross-joins ``woke``."""
+
+# A filter shared by list and the bulk verbs: NULL parameters match everything, and the
+# state set is always given (the verb's guard intersected with the filter's states).
+_FILTER: Final = (
+    "(%(f_queue)s::text IS NULL OR j.queue = %(f_queue)s::text)"
+    " AND (%(f_name)s::text IS NULL OR j.name = %(f_name)s::text)"
+    " AND j.state = ANY(%(f_states)s::text[])"
+    " AND (%(f_prefix)s::text IS NULL OR starts_with(j.id::text, %(f_prefix)s::text))"
+    " AND (%(f_from)s::timestamptz IS NULL OR j.created_at >= %(f_from)s::timestamptz)"
+    " AND (%(f_to)s::timestamptz IS NULL OR j.created_at < %(f_to)s::timestamptz)"
+)
+
+# --- enqueue --------------------------------------------------------------------------
+
+ENQUEUE: Final = f"""
+WITH input AS (
+    SELECT nextval({{seq}}) AS id, t.ord, t.name, t.queue, t.payload, t.state, t.priority, t.run_at,
+           t.max_attempts, t.key
+    FROM unnest(%(names)s::text[], %(queues)s::text[], %(payloads)s::text[], %(states)s::text[],
+                %(priorities)s::int[], %(run_ats)s::timestamptz[], %(max_attempts)s::int[], %(keys)s::text[])
+         WITH ORDINALITY AS t(name, queue, payload, state, priority, run_at, max_attempts, key, ord)
+), ins AS (
+    INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+                             created_at, claim_no, key, errors)
+    SELECT i.id, i.name, i.queue, i.payload, i.state, i.priority, 0, i.max_attempts, i.run_at,
+           %(now)s, 0, i.key, '[]'::jsonb
+    FROM input AS i ORDER BY i.ord
+    ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {_LIVE} DO NOTHING
+    RETURNING {_COLS}
+), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
+SELECT i.ord, false AS duplicate, {", ".join(f"ins.{c}" for c in JOB_COLUMNS)}
+FROM input AS i JOIN ins ON ins.id = i.id CROSS JOIN woke
+UNION ALL
+SELECT i.ord, true, {_COLS}
+FROM input AS i JOIN {{jobs}} AS j ON j.name = i.name AND j.key = i.key AND j.state IN {_LIVE}
+WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id)
+UNION ALL
+SELECT i.ord, true, {", ".join(f"ins.{c}" for c in JOB_COLUMNS)}
+FROM input AS i JOIN ins ON ins.name = i.name AND ins.key = i.key AND ins.id <> i.id
+WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id)
+"""
+"""One round trip for one job or a batch (E01, E02, E05). Ids come from the sequence in
+input order. A key conflict inserts nothing; the item answers the live holder, either
+an older row or an earlier item of the same batch. A holder committed by another
+transaction after this statement's snapshot is not visible here; the driver looks it up
+with :data:`KEY_HOLDER` (a fresh snapshot) and retries the insert if it finished."""
+
+KEY_HOLDER: Final = f"""
+SELECT {_COLS} FROM {{jobs}} AS j
+WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {_LIVE}
+"""
+
+# --- claim and settle -----------------------------------------------------------------
+
+CLAIM: Final = f"""
+WITH spent AS (
+    SELECT j.id FROM {{jobs}} AS j
+    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= %(now)s
+      AND j.attempt >= j.max_attempts
+    FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
+    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= %(now)s
+      AND j.attempt < j.max_attempts
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT d.id, d.priority, d.run_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
+        WHERE j.state IN ('ready', 'scheduled') AND j.queue = q.name AND j.run_at <= %(now)s
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS d
+), picked AS (
+    SELECT p.id, p.grp FROM (
+        SELECT l.id, 0 AS grp, l.priority, l.run_at FROM lapsed AS l
+        UNION ALL
+        SELECT d.id, 1 AS grp, d.priority, d.run_at FROM due AS d
+    ) AS p
+    ORDER BY p.grp, p.priority DESC, p.run_at, p.id
+    LIMIT %(limit)s
+), buried AS (
+    UPDATE {{jobs}} AS j SET
+        state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
+        finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+        errors = {_BURIAL_ENTRY}
+    FROM spent AS f WHERE j.id = f.id
+    RETURNING 1 AS kind, 0 AS grp, {_COLS}
+), taken AS (
+    UPDATE {{jobs}} AS j SET
+        state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1, attempt = j.attempt + 1,
+        attempted_at = %(now)s, lease_expires_at = %(expires)s,
+        errors = CASE WHEN j.state = 'running' THEN {_LEASE_EXPIRED} ELSE j.errors END
+    FROM picked AS p WHERE j.id = p.id
+    RETURNING 0 AS kind, p.grp, {_COLS}
+)
+SELECT kind, grp, {_BARE} FROM taken
+UNION ALL
+SELECT kind, grp, {_BARE} FROM buried
+ORDER BY kind, grp, priority DESC, run_at, id
+"""
+"""One statement per claim batch (C01-C08): burial of lapsed final attempts, reclaim of
+lapsed rows with attempts left (first, recording ``LeaseExpired``), then due rows per
+queue in (priority desc, run_at, id) order, each queue read through the partial index
+``jobs_due`` (LATERAL, so every queue's scan stops after ``limit`` rows). SKIP LOCKED
+lets concurrent claimers pass each other; a row another claim moved is re-checked
+against the WHERE clause (READ COMMITTED re-evaluation) before it is taken."""
+
+HEARTBEAT: Final = """
+UPDATE {jobs} AS j SET lease_expires_at = %(expires)s
+WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+RETURNING j.id
+"""
+
+ACK_MANY: Final = f"""
+UPDATE {{jobs}} AS j SET
+    state = 'done', result = t.result, finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL
+FROM unnest(%(ids)s::bigint[], %(workers)s::text[], %(claims)s::bigint[], %(results)s::text[])
+     WITH ORDINALITY AS t(id, worker_id, claim_no, result, ord)
+WHERE j.id = t.id AND j.state = 'running' AND j.worker_id = t.worker_id AND j.claim_no = t.claim_no
+RETURNING t.ord, {_COLS}
+"""
+"""One round trip for a batch of acks (S01, S07); each row fenced on its own token."""
+
+NACK: Final = f"""
+WITH cur AS (
+    SELECT j.id, CASE
+        WHEN %(fail)s::boolean THEN 'failed'
+        WHEN %(park)s::boolean THEN 'suspended'
+        WHEN j.attempt - %(give_back)s::int >= j.max_attempts
+            THEN CASE WHEN %(dead_letter)s::boolean THEN 'dead' ELSE 'failed' END
+        ELSE 'scheduled' END AS target
+    FROM {{jobs}} AS j
+    WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+    FOR UPDATE
+), upd AS (
+    UPDATE {{jobs}} AS j SET
+        state = c.target, attempt = j.attempt - %(give_back)s::int,
+        errors = {_entry("%(type)s::text", "%(message)s::text")},
+        lease_expires_at = NULL, worker_id = NULL,
+        finished_at = CASE WHEN c.target IN ('failed', 'dead') THEN %(now)s ELSE j.finished_at END,
+        run_at = CASE WHEN c.target = 'scheduled' THEN %(retry_at)s ELSE j.run_at END
+    FROM cur AS c WHERE j.id = c.id
+    RETURNING {_COLS}
+), {_WOKE.format(source="upd", cond="u.state = 'scheduled' AND u.run_at <= %(now)s")}
+SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
+"""
+"""The nack target (S02-S05), first match wins: fail, park, out of attempts, retry."""
+
+# --- introspection and operator verbs ---------------------------------------------------
+
+GET: Final = f"SELECT {_COLS} FROM {{jobs}} AS j WHERE j.id = %(id)s"
+
+JOB_STATE: Final = "SELECT j.state, j.name, j.key FROM {jobs} AS j WHERE j.id = %(id)s"
+
+LIST_OLDER: Final = f"""
+SELECT {_COLS} FROM {{jobs}} AS j
+WHERE {_FILTER} AND (%(cursor)s::bigint IS NULL OR j.id < %(cursor)s::bigint)
+ORDER BY j.id DESC LIMIT %(limit)s
+"""
+
+LIST_NEWER: Final = f"""
+SELECT {_COLS} FROM {{jobs}} AS j
+WHERE {_FILTER} AND j.id > %(cursor)s::bigint
+ORDER BY j.id ASC LIMIT %(limit)s
+"""
+
+STATS: Final = """
+SELECT j.queue, j.state, count(*), NULL::timestamptz FROM {jobs} AS j GROUP BY j.queue, j.state
+UNION ALL
+SELECT j.queue, NULL, NULL, min(j.run_at) FROM {jobs} AS j
+WHERE j.state IN ('ready', 'scheduled') AND j.run_at <= %(now)s GROUP BY j.queue
+"""
+
+DEAD_LETTERS: Final = f"""
+SELECT {_COLS} FROM {{jobs}} AS j
+WHERE j.state = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+ORDER BY j.finished_at DESC, j.id DESC LIMIT %(limit)s
+"""
+
+RESCUE: Final = f"""
+WITH lapsed AS (
+    SELECT j.id, j.attempt >= j.max_attempts AS spent FROM {{jobs}} AS j
+    WHERE j.state = 'running' AND j.lease_expires_at <= %(now)s
+    FOR UPDATE SKIP LOCKED
+), buried AS (
+    UPDATE {{jobs}} AS j SET
+        state = 'dead', finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+        errors = {_BURIAL_ENTRY}
+    FROM lapsed AS l WHERE j.id = l.id AND l.spent
+    RETURNING 1 AS kind, {_COLS}
+), back AS (
+    UPDATE {{jobs}} AS j SET
+        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = %(now)s,
+        errors = {_LEASE_EXPIRED}
+    FROM lapsed AS l WHERE j.id = l.id AND NOT l.spent
+    RETURNING 0 AS kind, {_COLS}
+), {_WOKE.format(source="back", cond="true")}
+SELECT kind, {_BARE} FROM buried
+UNION ALL
+SELECT back.kind, {", ".join(f"back.{c}" for c in JOB_COLUMNS)} FROM back CROSS JOIN woke
+ORDER BY kind, id
+"""
+"""C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``."""
+
+CANCEL: Final = f"""
+UPDATE {{jobs}} AS j SET
+    state = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+    errors = {_entry("'Cancelled'::text", "%(message)s::text")}
+WHERE j.id = %(id)s AND j.state IN {_LIVE}
+RETURNING {_COLS}
+"""
+
+REQUEUE: Final = f"""
+WITH upd AS (
+    UPDATE {{jobs}} AS j SET state = 'ready', attempt = 0, run_at = %(now)s, finished_at = NULL, result = NULL
+    WHERE j.id = %(id)s AND j.state IN {_FINISHED}
+      AND (j.key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {_LIVE}))
+    RETURNING {_COLS}
+), {_WOKE.format(source="upd", cond="true")}
+SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
+"""
+
+REMOVE: Final = f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND j.state <> 'running' RETURNING {_COLS}"
+
+MAKE_DUE: Final = f"""
+WITH upd AS (
+    UPDATE {{jobs}} AS j SET state = 'ready', run_at = %(now)s
+    WHERE j.id = %(id)s AND j.state = %(from_state)s
+    RETURNING {_COLS}
+), {_WOKE.format(source="upd", cond="true")}
+SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
+"""
+"""promote (from ``scheduled``) and resume (from ``suspended``): ready and due now (O04)."""
+
+# Bulk verbs (O05): ``f_states`` is already the verb's guard intersected with the filter,
+# and the UPDATE/DELETE re-checks the guard. ``remaining`` = eligible before - moved now.
+_TARGET: Final = f"target AS (SELECT j.id FROM {{jobs}} AS j WHERE {_FILTER} ORDER BY j.id LIMIT %(limit)s FOR UPDATE)"
+_ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
+
+CANCEL_MANY: Final = f"""
+WITH {_TARGET}, upd AS (
+    UPDATE {{jobs}} AS j SET
+        state = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+        errors = {_entry("'Cancelled'::text", "%(message)s::text")}
+    FROM target AS t WHERE j.id = t.id AND j.state IN {_LIVE}
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
+"""
+
+REMOVE_MANY: Final = f"""
+WITH {_TARGET}, del AS (
+    DELETE FROM {{jobs}} AS j USING target AS t WHERE j.id = t.id AND j.state <> 'running' RETURNING j.id
+)
+SELECT (SELECT count(*) FROM del), {_ELIGIBLE}
+"""
+
+PROMOTE_MANY: Final = f"""
+WITH {_TARGET}, upd AS (
+    UPDATE {{jobs}} AS j SET state = 'ready', run_at = %(now)s
+    FROM target AS t WHERE j.id = t.id AND j.state = 'scheduled'
+    RETURNING j.id, j.queue
+), {_WOKE.format(source="upd", cond="true")}
+SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}, (SELECT n FROM woke)
+"""
+
+_REQUEUEABLE: Final = f"""
+SELECT c.id FROM (
+    SELECT j.id, j.key, row_number() OVER (PARTITION BY j.name, j.key ORDER BY j.id) AS rn
+    FROM {{jobs}} AS j
+    WHERE {_FILTER} AND (j.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {_LIVE}))
+) AS c WHERE c.key IS NULL OR c.rn = 1
+"""
+"""Finished rows requeue_many may move (O06): no live holder of the key, and only the
+oldest of several finished rows sharing a name and key."""
+
+REQUEUE_MANY_PICK: Final = f"{_REQUEUEABLE} ORDER BY c.id LIMIT %(limit)s"
+REQUEUE_MANY_COUNT: Final = f"SELECT count(*) FROM ({_REQUEUEABLE}) AS r"
+REQUEUE_MANY_APPLY: Final = f"""
+WITH upd AS (
+    UPDATE {{jobs}} AS j SET state = t.state, attempt = 0, run_at = t.run_at, finished_at = NULL, result = NULL
+    FROM unnest(%(ids)s::bigint[], %(run_ats)s::timestamptz[], %(states)s::text[]) AS t(id, run_at, state)
+    WHERE j.id = t.id AND j.state IN {_FINISHED}
+    RETURNING j.id, j.queue
+), {_WOKE.format(source="upd", cond="true")}
+SELECT (SELECT count(*) FROM upd), (SELECT n FROM woke)
+"""
+
+# --- fleet leases (rules K) -------------------------------------------------------------
+
+LEASE_LOCK: Final = "SELECT pg_advisory_xact_lock(%(space)s::int, hashtext(%(key)s::text))"
+"""Serialises acquirers of one key, so two cannot both see a free slot."""
+
+LEASE_PURGE: Final = "DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.expires_at <= %(now)s"
+
+LEASE_ACQUIRE: Final = """
+INSERT INTO {leases} AS l (key, holder, expires_at)
+SELECT %(key)s, %(holder)s, %(expires)s
+WHERE EXISTS (SELECT 1 FROM {leases} AS o WHERE o.key = %(key)s AND o.holder = %(holder)s)
+   OR (SELECT count(*) FROM {leases} AS o WHERE o.key = %(key)s) < %(limit)s
+ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at
+RETURNING l.holder
+"""
+
+LEASE_RENEW: Final = """
+UPDATE {leases} AS l SET expires_at = %(expires)s
+WHERE l.key = %(key)s AND l.holder = %(holder)s AND l.expires_at > %(now)s
+RETURNING l.holder
+"""
+
+LEASE_RELEASE: Final = "DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.holder = %(holder)s RETURNING l.holder"
+
+# --- schema -----------------------------------------------------------------------------
+
+SCHEMA_VERSION: Final = "SELECT coalesce(max(v.version), 0) FROM {versions} AS v"
+
+_NAMES: Final = (
+    "ENQUEUE", "KEY_HOLDER", "CLAIM", "HEARTBEAT", "ACK_MANY", "NACK", "GET", "JOB_STATE", "LIST_OLDER",
+    "LIST_NEWER", "STATS", "DEAD_LETTERS", "RESCUE", "CANCEL", "REQUEUE", "REMOVE", "MAKE_DUE", "CANCEL_MANY",
+    "REMOVE_MANY", "PROMOTE_MANY", "REQUEUE_MANY_PICK", "REQUEUE_MANY_COUNT", "REQUEUE_MANY_APPLY",
+    "LEASE_LOCK", "LEASE_PURGE", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE", "SCHEMA_VERSION",
+)
+
+
+def names(schema: str) -> dict[str, sql.Composable]:
+    """The identifiers the templates name, for ``schema``."""
+    return {
+        "jobs": sql.Identifier(schema, "jobs"),
+        "leases": sql.Identifier(schema, "leases"),
+        "versions": sql.Identifier(schema, "schema_versions"),
+        "seq": sql.SQL("{}::regclass").format(sql.Literal(sql.Identifier(schema, "jobs_id_seq").as_string())),
+        "schema": sql.Identifier(schema),
+    }
+
+
+class Statements:
+    """Every statement above rendered for one schema (bytes, ready for ``execute``)."""
+
+    ENQUEUE: bytes
+    KEY_HOLDER: bytes
+    CLAIM: bytes
+    HEARTBEAT: bytes
+    ACK_MANY: bytes
+    NACK: bytes
+    GET: bytes
+    JOB_STATE: bytes
+    LIST_OLDER: bytes
+    LIST_NEWER: bytes
+    STATS: bytes
+    DEAD_LETTERS: bytes
+    RESCUE: bytes
+    CANCEL: bytes
+    REQUEUE: bytes
+    REMOVE: bytes
+    MAKE_DUE: bytes
+    CANCEL_MANY: bytes
+    REMOVE_MANY: bytes
+    PROMOTE_MANY: bytes
+    REQUEUE_MANY_PICK: bytes
+    REQUEUE_MANY_COUNT: bytes
+    REQUEUE_MANY_APPLY: bytes
+    LEASE_LOCK: bytes
+    LEASE_PURGE: bytes
+    LEASE_ACQUIRE: bytes
+    LEASE_RENEW: bytes
+    LEASE_RELEASE: bytes
+    SCHEMA_VERSION: bytes
+
+    def __init__(self, schema: str) -> None:
+        idents = names(schema)
+        for name in _NAMES:
+            template: str = globals()[name]
+            setattr(self, name, sql.SQL(template).format(**idents).as_bytes())
+
+
+def render(template: str, schema: str) -> bytes:
+    """One template rendered for ``schema`` (migrations and tests)."""
+    return sql.SQL(template).format(**names(schema)).as_bytes()

@@ -1,0 +1,578 @@
+"""Operator commands of the ``jobcore`` CLI: see what is stuck, why, and fix it.
+
+Every command here is a thin layer over ``driver.introspect`` (plus ``driver.migrate``),
+so it behaves the same on every driver. Each takes ``--url`` (default ``$JOBCORE_URL``)
+and ``--json``; reads print a readable table by default. Bulk forms of the operator verbs
+(``cancel --state dead --queue mail``) move at most ``--limit`` rows per call; ``--all``
+calls again until nothing remains, and every bulk form asks for confirmation on a
+terminal unless ``--yes`` is given (without a terminal, ``--yes`` is required).
+A refusal raises a coded :class:`~jobcore.errors.JobcoreError`; :mod:`jobcore.cli`
+prints its code, cause and fix and exits with the status of its class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from jobcore import validate as v
+from jobcore.current import connect
+from jobcore.driver import Introspector, JobDriver
+from jobcore.errors import JobNotCancellable, JobNotFound, NoDriver, OptionInvalid
+from jobcore.records import FINISHED_STATES, LIVE_STATES, BulkResult, Job, JobError, JobFilter, JobState, Stats
+
+__all__ = ["ENV_URL", "job_to_dict", "register"]
+
+ENV_URL = "JOBCORE_URL"
+"""Environment variable holding the driver URL when ``--url`` is not given."""
+
+_STATE_ORDER = tuple(JobState)
+_ERROR_WIDTH = 60
+
+# The states each bulk verb's own guard lets through (O05), for the confirmation estimate.
+_GUARDS: dict[str, frozenset[JobState]] = {
+    "cancel": frozenset(LIVE_STATES),
+    "requeue": frozenset(FINISHED_STATES),
+    "remove": frozenset(JobState) - {JobState.RUNNING},
+    "promote": frozenset({JobState.SCHEDULED}),
+}
+_PAST = {
+    "cancel": "cancelled",
+    "requeue": "requeued",
+    "remove": "removed",
+    "promote": "promoted",
+    "resume": "resumed",
+}
+
+
+# -- JSON shape ------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(timespec="milliseconds")
+
+
+def _error_to_dict(error: JobError) -> dict[str, Any]:
+    return {"type": error.type, "message": error.message, "at": _iso(error.at), "attempt": error.attempt}
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """``job`` as JSON-ready data: times as ISO 8601 strings (UTC, milliseconds), states as names.
+
+    The shape of every job the CLI prints with ``--json``. ``duplicate`` is left out: it
+    only means something on the answer of an ``enqueue``.
+    """
+    return {
+        "id": job.id,
+        "name": job.name,
+        "queue": job.queue,
+        "state": job.state.value,
+        "priority": job.priority,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "key": job.key,
+        "payload": job.payload,
+        "result": job.result,
+        "run_at": _iso(job.run_at),
+        "created_at": _iso(job.created_at),
+        "attempted_at": _iso(job.attempted_at),
+        "finished_at": _iso(job.finished_at),
+        "worker_id": job.worker_id,
+        "claim_no": job.claim_no,
+        "lease_expires_at": _iso(job.lease_expires_at),
+        "last_error": None if job.last_error is None else _error_to_dict(job.last_error),
+        "errors": [_error_to_dict(e) for e in job.errors],
+    }
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+# -- text shape ------------------------------------------------------------------------
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _age(delta: timedelta) -> str:
+    """A short human duration: ``45s``, ``12m05s``, ``3h02m``, ``2d04h``."""
+    seconds = max(0, int(delta.total_seconds()))
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _clip(text: str, width: int = _ERROR_WIDTH) -> str:
+    text = " ".join(text.split())  # tracebacks and newlines would break the table
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _error_text(error: JobError | None) -> str:
+    return "-" if error is None else _clip(f"{error.type}: {error.message}")
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    body = [list(headers), *(list(r) for r in rows)]
+    widths = [max(len(r[i]) for r in body) for i in range(len(headers))]
+    # The last column (usually the error text) is not padded, so lines carry no trailing blanks.
+    return "\n".join(
+        "  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)), r[-1]]).rstrip() for r in body
+    )
+
+
+def _jobs_table(jobs: Sequence[Job], *, finished: bool = False) -> str:
+    headers = ["ID", "STATE", "QUEUE", "NAME", "ATTEMPT", "FINISHED" if finished else "RUN AT", "CREATED", "LAST ERROR"]
+    rows = (
+        [
+            j.id, j.state.value, j.queue, j.name, f"{j.attempt}/{j.max_attempts}",
+            _when(j.finished_at if finished else j.run_at), _when(j.created_at), _error_text(j.last_error),
+        ]
+        for j in jobs
+    )
+    return _table(headers, rows)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _lease_text(job: Job, now: datetime) -> str:
+    if job.lease_expires_at is None:
+        return "-"
+    left = job.lease_expires_at - now
+    timing = f"lapsed {_age(-left)} ago" if left <= timedelta(0) else f"{_age(left)} left"
+    return f"held by {job.worker_id} (claim {job.claim_no}) until {_when(job.lease_expires_at)}, {timing}"
+
+
+def _show_text(job: Job, now: datetime) -> str:
+    fields = [
+        ("state", job.state.value),
+        ("queue", job.queue),
+        ("name", job.name),
+        ("attempt", f"{job.attempt} of {job.max_attempts}"),
+        ("priority", str(job.priority)),
+        ("key", job.key if job.key is not None else "-"),
+        ("run at", _when(job.run_at)),
+        ("created at", _when(job.created_at)),
+        ("attempted at", _when(job.attempted_at)),
+        ("finished at", _when(job.finished_at)),
+        ("lease", _lease_text(job, now)),
+        ("payload", _json_text(job.payload)),
+        ("result", _json_text(job.result) if job.result is not None else "-"),
+    ]
+    lines = [f"job {job.id}"]
+    lines += [f"  {label:<13}{value}" for label, value in fields]
+    if job.errors:
+        lines.append(f"errors ({len(job.errors)}, oldest first):")
+        lines += [
+            f"  attempt {e.attempt}  {_when(e.at)}  {e.type}: {' '.join(e.message.split())}" for e in job.errors
+        ]
+    else:
+        lines.append("errors: none")
+    return "\n".join(lines)
+
+
+# -- arguments -------------------------------------------------------------------------
+
+
+def _redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@contextlib.contextmanager
+def _driver(args: argparse.Namespace) -> Iterator[JobDriver]:
+    """The driver for this command: the one handed to ``main`` in-process, else one built from the URL."""
+    given: JobDriver | None = getattr(args, "driver", None)
+    if given is not None:
+        yield given
+        return
+    url = args.url or os.environ.get(ENV_URL)
+    if not url:
+        raise NoDriver(
+            f"no driver URL: neither --url nor {ENV_URL} is set",
+            f"pass --url postgresql://user@host/db (or mongodb://host/db, memory://), or export {ENV_URL}",
+        )
+    driver = connect(url)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
+def _parse_state(text: str) -> JobState:
+    try:
+        return JobState(text.strip().lower())
+    except ValueError:
+        raise OptionInvalid(
+            f"--state {text!r:.40} is not a job state", f"use one of: {', '.join(s.value for s in _STATE_ORDER)}"
+        ) from None
+
+
+def _parse_time(text: str, option: str) -> datetime:
+    raw = text.strip()
+    if raw[-1:] in ("Z", "z"):
+        raw = raw[:-1] + "+00:00"  # Python 3.10's fromisoformat does not read "Z"
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise OptionInvalid(
+            f"{option} {text!r:.40} is not an ISO 8601 time",
+            "write e.g. 2030-01-01T12:00:00Z or 2030-01-01; a time without an offset is UTC",
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _seconds(text: str) -> float:
+    """argparse type for ``--spread``: a finite number (its range is the driver's to check)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
+
+
+def _filter(args: argparse.Namespace) -> JobFilter | None:
+    states = [_parse_state(part) for given in args.state or () for part in given.split(",") if part.strip()]
+    created_from = None if args.created_from is None else _parse_time(args.created_from, "--created-from")
+    created_to = None if args.created_to is None else _parse_time(args.created_to, "--created-to")
+    if not any((args.queue, args.name, states, args.id_prefix, created_from, created_to)):
+        return None
+    return JobFilter(
+        queue=args.queue, name=args.name, state=states or None, id_prefix=args.id_prefix,
+        created_from=created_from, created_to=created_to,
+    )
+
+
+def _describe(flt: JobFilter) -> str:
+    parts = [f"queue={flt.queue}" if flt.queue else "", f"name={flt.name}" if flt.name else ""]
+    if flt.state:
+        parts.append("state=" + ",".join(sorted(s.value for s in flt.state)))
+    if flt.id_prefix:
+        parts.append(f"id-prefix={flt.id_prefix}")
+    if flt.created_from:
+        parts.append(f"created-from={_when(flt.created_from)}")
+    if flt.created_to:
+        parts.append(f"created-to={_when(flt.created_to)}")
+    return " ".join(p for p in parts if p)
+
+
+# -- handlers --------------------------------------------------------------------------
+
+
+def _stats_data(stats: Stats) -> dict[str, Any]:
+    queues = {
+        queue: {
+            "counts": {s.value: stats.counts.get(queue, {}).get(s, 0) for s in _STATE_ORDER},
+            "oldest_due_age_seconds": (
+                stats.oldest_due_age[queue].total_seconds() if queue in stats.oldest_due_age else None
+            ),
+        }
+        for queue in sorted(set(stats.counts) | set(stats.oldest_due_age))
+    }
+    return {
+        "queues": queues,
+        "totals": {s.value: stats.count(s) for s in _STATE_ORDER},
+        "dead": stats.count(JobState.DEAD),
+    }
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    with _driver(args) as driver:
+        data = _stats_data(driver.introspect.stats())
+    if args.json:
+        _print_json(data)
+        return 0
+    if not data["queues"]:
+        print("no jobs")
+        return 0
+    headers = ["QUEUE", *(s.value.upper() for s in _STATE_ORDER), "OLDEST DUE"]
+    rows = []
+    for queue, entry in data["queues"].items():
+        age = entry["oldest_due_age_seconds"]
+        rows.append([
+            queue, *(str(entry["counts"][s.value]) for s in _STATE_ORDER),
+            "-" if age is None else _age(timedelta(seconds=age)),
+        ])
+    rows.append(["(all)", *(str(data["totals"][s.value]) for s in _STATE_ORDER), ""])
+    print(_table(headers, rows))
+    print(f"dead: {data['dead']}" + ("  (see `jobcore dead`)" if data["dead"] else ""))
+    return 0
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    flt = _filter(args)
+    with _driver(args) as driver:
+        page = driver.introspect.list(flt, args.limit, after=args.after, before=args.before)
+    if args.json:
+        _print_json({"jobs": [job_to_dict(j) for j in page.jobs], "after": page.after, "before": page.before})
+        return 0
+    print(_jobs_table(page.jobs) if page.jobs else "no jobs match")
+    if page.after is not None:
+        print(f"older: --after {page.after}")
+    if page.before is not None:
+        print(f"newer: --before {page.before}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    with _driver(args) as driver:
+        job = driver.introspect.get(args.id)
+        now = driver.clock.now()
+    if job is None:
+        raise JobNotFound(f"no job has id {args.id!r:.60}")
+    if args.json:
+        _print_json(job_to_dict(job))
+    else:
+        print(_show_text(job, now))
+    return 0
+
+
+def _cmd_dead(args: argparse.Namespace) -> int:
+    with _driver(args) as driver:
+        jobs = driver.introspect.dead_letters(args.queue, args.limit)
+    if args.json:
+        _print_json({"jobs": [job_to_dict(j) for j in jobs]})
+    else:
+        print(_jobs_table(jobs, finished=True) if jobs else "no dead jobs")
+    return 0
+
+
+def _cmd_rescue(args: argparse.Namespace) -> int:
+    with _driver(args) as driver:
+        result = driver.introspect.rescue()
+    if args.json:
+        _print_json({"requeued": result.requeued, "buried": [job_to_dict(j) for j in result.buried]})
+        return 0
+    print(f"requeued {result.requeued} job(s) whose lease lapsed; buried {len(result.buried)}")
+    for job in result.buried:
+        print(f"  buried {job.id} ({job.name}, queue {job.queue}) -> {job.state.value}")
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    with _driver(args) as driver:
+        driver.migrate()
+    target = _redact(args.url or os.environ.get(ENV_URL) or "the given driver")
+    if args.json:
+        _print_json({"migrated": True})
+    else:
+        print(f"schema of {target} is up to date")
+    return 0
+
+
+def _one(verb: str, intro: Introspector, job_id: str, args: argparse.Namespace) -> Job:
+    if verb == "cancel":
+        job = intro.cancel(job_id, args.reason)
+        if job is not None:
+            return job
+        found = intro.get(job_id)
+        if found is None:
+            raise JobNotFound(f"no job has id {job_id!r:.60}")
+        raise JobNotCancellable(
+            f"job {job_id} already finished ({found.state.value})", "only a live job can be cancelled"
+        )
+    if verb == "remove":
+        removed = intro.remove(job_id)
+        if removed is None:
+            raise JobNotFound(f"no job has id {job_id!r:.60}")
+        return removed
+    method: Callable[[str], Job] = getattr(intro, verb)
+    return method(job_id)
+
+
+def _bulk_call(verb: str, intro: Introspector, flt: JobFilter, limit: int, args: argparse.Namespace) -> BulkResult:
+    if verb == "cancel":
+        return intro.cancel_many(flt, reason=args.reason, limit=limit)
+    if verb == "requeue":
+        return intro.requeue_many(flt, limit=limit, spread=args.spread)
+    if verb == "remove":
+        return intro.remove_many(flt, limit=limit)
+    return intro.promote_many(flt, limit=limit)
+
+
+def _estimate(stats: Stats, flt: JobFilter, guard: frozenset[JobState]) -> int | None:
+    """How many jobs the verb's guard and ``flt`` match now, when stats can tell (queue and state only)."""
+    if flt.name is not None or flt.id_prefix is not None or flt.created_from or flt.created_to:
+        return None
+    states = guard if flt.state is None else guard & flt.state
+    return sum(stats.count(s, flt.queue) for s in states)
+
+
+def _confirm(question: Callable[[], str]) -> bool:
+    """Ask on the terminal; refused outright when there is none (a script must say --yes)."""
+    if not sys.stdin.isatty():
+        raise OptionInvalid(
+            "a bulk change needs confirmation and there is no terminal to ask on",
+            "check the selection with `jobcore ls` and the same filters, then pass --yes",
+        )
+    print(f"{question()} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace) -> int:
+    intro = driver.introspect
+    limit = args.limit if args.limit is not None else v.MAX_BULK_ROWS
+    v.check_bulk_limit(limit)  # refuse a bad --limit before asking anything
+    if not args.yes:
+
+        def question() -> str:
+            estimate = _estimate(intro.stats(), flt, _GUARDS[verb])
+            count = "" if estimate is None else f" ({estimate} match now)"
+            scope = "until none remain" if args.all else f"at most {limit}"
+            return f"{verb} jobs where {_describe(flt)}{count}, {scope}?"
+
+        if not _confirm(question):
+            print("not confirmed; nothing changed", file=sys.stderr)
+            return 1
+    total, calls = 0, 0
+    while True:
+        result = _bulk_call(verb, intro, flt, limit, args)
+        total, calls = total + result.affected, calls + 1
+        if args.all:
+            print(f"{verb}: {total} {_PAST[verb]} so far, {result.remaining} remaining", file=sys.stderr)
+        # A call that moved nothing would move nothing next time either: stop rather than spin.
+        if not args.all or result.remaining == 0 or result.affected == 0:
+            break
+    if args.json:
+        _print_json({"verb": verb, "affected": total, "remaining": result.remaining, "calls": calls})
+    else:
+        more = " (run again, or pass --all)" if result.remaining and not args.all else ""
+        print(f"{_PAST[verb]} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
+    return 0
+
+
+def _verb_handler(verb: str) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        bulk_options = [n for n in ("all", "yes", "limit", "spread") if getattr(args, n, None) not in (None, False)]
+        flt = _filter(args) if verb != "resume" else None
+        if args.id is not None:
+            if flt is not None or bulk_options:
+                given = ", ".join(f"--{n}" for n in bulk_options) or "filters"
+                raise OptionInvalid(
+                    f"{verb} was given a job id and bulk options ({given}) together",
+                    f"use `jobcore {verb} ID` for one job, or filters (--state/--queue/--name) without an id",
+                )
+            with _driver(args) as driver:
+                job = _one(verb, driver.introspect, args.id, args)
+            if args.json:
+                _print_json(job_to_dict(job))
+            else:
+                print(f"{_PAST[verb]} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
+            return 0
+        if flt is None:
+            selector = "a job id" if verb == "resume" else "a job id or at least one filter (--state/--queue/--name)"
+            raise OptionInvalid(f"{verb} needs {selector}", f"e.g. `jobcore {verb} ID`")
+        with _driver(args) as driver:
+            return _bulk(verb, driver, flt, args)
+
+    return handler
+
+
+# -- registration ----------------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url", default=None, help=f"driver URL: postgresql://..., mongodb://..., memory:// (default: ${ENV_URL})"
+    )
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return common
+
+
+def _filter_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("filters")
+    group.add_argument("--queue", help="only this queue")
+    group.add_argument("--name", help="only jobs of this name")
+    group.add_argument(
+        "--state", action="append", metavar="STATE",
+        help="only these states (repeatable, or comma-separated: --state dead,failed)",
+    )
+    group.add_argument("--id-prefix", help="only ids starting with this text")
+    group.add_argument("--created-from", metavar="TIME", help="created at or after (ISO 8601; no offset means UTC)")
+    group.add_argument("--created-to", metavar="TIME", help="created strictly before (ISO 8601)")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the operator commands to the ``jobcore`` parser."""
+    common = _common()
+
+    def add(name: str, summary: str) -> argparse.ArgumentParser:
+        return subparsers.add_parser(name, parents=[common], help=summary, description=summary)
+
+    p = add("stats", "counts per queue and state, the oldest due job's age per queue, the dead count")
+    p.set_defaults(func=_cmd_stats)
+
+    p = add("ls", "list jobs, newest first, one page at a time")
+    _filter_options(p)
+    p.add_argument("--limit", type=int, default=v.DEFAULT_PAGE, help=f"page size, 1..{v.MAX_PAGE}")
+    paging = p.add_mutually_exclusive_group()
+    paging.add_argument("--after", metavar="CURSOR", help="the next older page (a cursor printed by ls)")
+    paging.add_argument("--before", metavar="CURSOR", help="the next newer page (a cursor printed by ls)")
+    p.set_defaults(func=_cmd_ls)
+
+    p = add("show", "one job in full: payload, result, lease and error history")
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(func=_cmd_show)
+
+    p = add("dead", "the dead-letter queue, most recently finished first")
+    p.add_argument("--queue", help="only this queue")
+    p.add_argument("--limit", type=int, default=v.DEFAULT_PAGE, help=f"how many, 1..{v.MAX_PAGE}")
+    p.set_defaults(func=_cmd_dead)
+
+    summaries = {
+        "cancel": "stop live jobs (they become cancelled)",
+        "requeue": "run finished jobs again (they become ready)",
+        "remove": "delete jobs that are not running",
+        "promote": "make scheduled jobs due now",
+    }
+    for verb, summary in summaries.items():
+        p = add(verb, f"{summary}: one by ID, or every job matching the filters")
+        p.add_argument("id", metavar="ID", nargs="?", help="one job (omit to use the filters)")
+        _filter_options(p)
+        p.add_argument("--limit", type=int, default=None, help=f"rows per call, 1..{v.MAX_BULK_ROWS} (default max)")
+        p.add_argument("--all", action="store_true", help="call again until no matching job remains")
+        p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+        if verb == "cancel":
+            p.add_argument("--reason", help="recorded in each job's error history")
+        if verb == "requeue":
+            p.add_argument(
+                "--spread", type=_seconds, default=None, metavar="SECONDS",
+                help="spread new due times over this window (default 10 ms a row, at most 30 s)",
+            )
+        p.set_defaults(func=_verb_handler(verb))
+
+    p = add("resume", "move a suspended (parked) job back to ready")
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(func=_verb_handler("resume"))
+
+    p = add("rescue", "put jobs whose lease lapsed back to ready (bury those on their final attempt)")
+    p.set_defaults(func=_cmd_rescue)
+
+    p = add("migrate", "install or upgrade the store's schema and indexes (idempotent)")
+    p.set_defaults(func=_cmd_migrate)

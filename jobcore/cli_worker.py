@@ -1,0 +1,165 @@
+"""``jobcore worker MODULE``: import the module declaring the jobs, then run a worker.
+
+The module (a dotted name, or a path to a ``.py`` file) registers its handlers with
+``@job`` when imported. The worker connects to ``--url`` (or ``JOBCORE_URL``), makes
+that driver the process-wide one (so handlers can enqueue), and runs until SIGTERM or
+SIGINT; the first signal drains within ``--drain-timeout``, a second abandons what is
+still running at once. Logs go through :mod:`logging` on stderr, each record carrying
+the job id and name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from jobcore.current import connect, set_job_driver
+from jobcore.errors import ConfigurationError, UrlInvalid
+from jobcore.registry import default_registry
+from jobcore.worker import Worker
+
+__all__ = ["LOG_FORMAT", "JobFieldsFilter", "configure_logging", "import_jobs", "register"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [job %(job_id)s %(job_name)s] %(message)s"
+
+
+class JobFieldsFilter(logging.Filter):
+    """Gives records without job fields (library or loop-level ones) ``-`` for them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name in ("job_id", "job_name"):
+            if not hasattr(record, name):
+                setattr(record, name, "-")
+        return True
+
+
+def configure_logging(level: str = "INFO") -> tuple[logging.Handler, int]:
+    """Log to stderr with :data:`LOG_FORMAT`; answers the handler added and the root's previous level."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(JobFieldsFilter())
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return handler, previous
+
+
+def import_jobs(target: str) -> ModuleType:
+    """Import ``target`` (dotted module name or ``.py`` path) so its ``@job`` handlers register."""
+    if target.endswith(".py") or os.sep in target:
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ConfigurationError(f"no such file {target}", "pass a module name or the path of a .py file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ConfigurationError(f"cannot import {target}", "pass a module name or the path of a .py file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: modules of the current directory import
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name and target.startswith(exc.name):
+            raise ConfigurationError(
+                f"cannot import {target!r}: no module named {exc.name!r}",
+                "run from the project directory, or pass the path of the .py file",
+            ) from exc
+        raise
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``worker`` sub-command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "worker", help="run a worker for the jobs a module declares",
+        description="Import MODULE (registering its @job handlers) and run a worker until SIGTERM/SIGINT.",
+    )
+    parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
+    parser.add_argument("--url", default=os.environ.get("JOBCORE_URL"), help="driver URL (default: $JOBCORE_URL)")
+    parser.add_argument("--queues", default=None, help="comma-separated queues (default: those the jobs declare)")
+    parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
+    parser.add_argument("--lease", type=float, default=30.0, help="lease in seconds, renewed every lease/3 (default 30)")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
+    parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
+    parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
+    parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
+    parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
+    parser.set_defaults(func=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Handler of ``jobcore worker``."""
+    handler, level = configure_logging(args.log_level)
+    try:
+        return _run_worker(args)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(level)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    import_jobs(args.module)
+    if not len(default_registry):
+        raise ConfigurationError(
+            f"{args.module} declares no jobs", "decorate its handlers with @job, or name the module that does"
+        )
+    driver = args.driver
+    owned = driver is None
+    if driver is None:
+        if not args.url:
+            raise UrlInvalid("no driver URL given", "pass --url postgresql://... or set JOBCORE_URL")
+        driver = connect(args.url)
+        driver.migrate()
+    queues = args.queues or ",".join(sorted(default_registry.queues()))
+    worker = Worker(
+        queues, concurrency=args.concurrency, lease=args.lease, driver=driver, poll_interval=args.poll_interval,
+        drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
+    )
+    previous = set_job_driver(driver)
+    restore = _install_signal_handlers(worker)
+    try:
+        worker.run()
+    finally:
+        restore()
+        set_job_driver(previous)
+        if owned:
+            driver.close()
+    return 0
+
+
+def _install_signal_handlers(worker: Worker) -> Any:
+    """SIGTERM/SIGINT drain the worker; a second one abandons in-flight jobs. Answers an undo function."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    signals = [signal.SIGINT, signal.SIGTERM]
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        name = signal.Signals(signum).name
+        if len(received) == 1:
+            worker.log.warning("%s received: draining (send it again to stop at once)", name)
+            worker.request_stop()
+        else:
+            worker.log.warning("%s received again: abandoning in-flight jobs", name)
+            worker.request_stop(drain_timeout=0)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore

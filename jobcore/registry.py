@@ -1,0 +1,400 @@
+"""Declaring jobs: ``@job`` registers a handler and answers a handle that enqueues it.
+
+A handler is a plain ``def`` or an ``async def`` taking the job's payload. When it also
+declares a parameter named ``ctx``, it receives a :class:`JobContext` (the job, a
+cancellation signal, progress reporting). The options given to ``@job`` (queue,
+attempts, backoff, dead-lettering, terminal exception types, timeout, fleet-wide
+concurrency) are what :class:`~jobcore.worker.Worker` applies when it runs the job.
+
+Handlers land in a :class:`Registry`; the module-level :data:`default_registry` is
+where ``@job`` puts them unless told otherwise, and what a worker reads by default.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+import attrs
+
+from jobcore import validate as v
+from jobcore.backoff import DEFAULT_BACKOFF, Backoff
+from jobcore.current import get_job_driver
+from jobcore.driver import Duration, JobDriver
+from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid
+from jobcore.records import ClaimToken, Job, JobSpec
+
+__all__ = ["JobContext", "JobHandle", "Registry", "default_registry", "job"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_log = logging.getLogger("jobcore.job")
+
+
+class JobContext:
+    """What a handler that declares a ``ctx`` parameter receives.
+
+    Attributes:
+        job: The job as claimed (``running``; ``attempt`` counts this attempt).
+        token: The claim token of this attempt.
+        cancelled: A ``threading.Event`` set when the attempt is called off: its lease
+            was lost (reclaimed, cancelled, not renewed in time), it timed out, or
+            the worker abandoned it while shutting down. Nothing the handler does
+            afterwards is recorded.
+        log: A logger adapter stamping the job's id and name on every record.
+    """
+
+    def __init__(self, job: Job, token: ClaimToken | None = None, *, log: logging.LoggerAdapter[Any] | None = None):
+        self.job = job
+        self.token = token
+        self.cancelled = threading.Event()
+        self.reason: str | None = None
+        self.progress_value: float | None = None
+        self.progress_message: str | None = None
+        self._timed_out = False
+        self.log = log if log is not None else job_logger(_log, job)
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number (1 for the first)."""
+        return self.job.attempt
+
+    def cancel(self, reason: str, *, timed_out: bool = False) -> None:
+        """Set the cancellation signal (called by the runtime)."""
+        if not self.cancelled.is_set():
+            self.reason = reason
+            self._timed_out = timed_out
+            self.cancelled.set()
+
+    def check(self) -> None:
+        """Raise when the attempt was called off: :class:`JobTimeout` or :class:`LeaseLost`.
+
+        Long handlers call this between steps so they stop promptly.
+        """
+        if self.cancelled.is_set():
+            if self._timed_out:
+                raise JobTimeout(f"job {self.job.id} ({self.job.name}) ran past its timeout", self.reason)
+            raise LeaseLost(
+                f"job {self.job.id} ({self.job.name}) was called off: {self.reason}",
+                "stop working on it; another attempt owns the job now",
+            )
+
+    def progress(self, value: float | None = None, message: str | None = None) -> None:
+        """Report progress (a fraction 0..1 and/or a message); logged, kept on the context."""
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise OptionInvalid(f"progress must be a finite number, got {value!r}", "pass a fraction 0..1")
+            self.progress_value = float(value)
+        if message is not None:
+            self.progress_message = str(message)
+        self.log.debug(
+            "progress %s %s", "" if value is None else f"{value:.0%}", message or "",
+            extra={"progress": self.progress_value},
+        )
+
+
+def job_logger(logger: logging.Logger, job: Job | None) -> logging.LoggerAdapter[Any]:
+    """A logger adapter putting ``job_id`` and ``job_name`` on every record."""
+    extra = {"job_id": job.id if job else "-", "job_name": job.name if job else "-"}
+    return _JobLogAdapter(logger, extra)
+
+
+class _JobLogAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Merges the job's fields into each call's own ``extra`` (the stdlib one replaces it)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
+
+
+def _check_exc_types(value: object) -> tuple[type[BaseException], ...]:
+    items = (value,) if isinstance(value, type) else tuple(value)  # type: ignore[arg-type]
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise OptionInvalid(f"terminal must hold exception types, got {item!r}", "terminal=(ValueError,)")
+    return items
+
+
+def _optional_seconds(value: object, name: str) -> float | None:
+    if value is None:
+        return None
+    return v.check_lease(value, name).total_seconds()
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class JobHandle:
+    """A registered handler and its options; ``@job`` answers one.
+
+    Calling the handle calls the handler directly (handy in unit tests). ``.enqueue``
+    stores a job for a worker to run.
+
+    Attributes:
+        name: The job name stored with each job and used to find this handler.
+        fn: The handler.
+        queue: Default queue for ``enqueue``.
+        max_attempts: Attempts before dead-lettering (``None``: the driver's default, 20).
+        backoff: Delay before each retry.
+        dead_letter: ``True``: an exhausted job ends ``dead`` (the dead-letter queue);
+            ``False``: it is dropped (``failed``).
+        terminal: Exception types that fail the job at once, whatever attempts remain.
+        timeout: Seconds an attempt may run before it is cancelled and failed.
+        concurrency: Most attempts of this job running at once across the fleet.
+        concurrency_key: ``fn(payload) -> str``: apply ``concurrency`` per key instead.
+        priority: Default priority for ``enqueue``.
+        wants_ctx: The handler declares a ``ctx`` parameter.
+        is_async: The handler is a coroutine function.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    queue: str = "default"
+    max_attempts: int | None = None
+    backoff: Backoff = DEFAULT_BACKOFF
+    dead_letter: bool = True
+    terminal: tuple[type[BaseException], ...] = ()
+    timeout: float | None = None
+    concurrency: int | None = None
+    concurrency_key: Callable[[Any], str] | None = None
+    priority: int = 0
+    wants_ctx: bool = False
+    is_async: bool = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def enqueue(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        driver: JobDriver | None = None,
+    ) -> Job:
+        """Store one job of this kind (on ``driver`` or the process-wide one) and answer it."""
+        target = driver if driver is not None else get_job_driver()
+        return target.enqueue(
+            self.name, payload, queue=queue or self.queue,
+            priority=self.priority if priority is None else priority,
+            run_at=run_at, delay=delay,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts, key=key,
+        )
+
+    def enqueue_many(
+        self,
+        payloads: Iterable[Any],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        driver: JobDriver | None = None,
+    ) -> list[Job]:
+        """Store one job per payload in one round trip; answers them in input order."""
+        target = driver if driver is not None else get_job_driver()
+        delay_value = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        specs = [
+            JobSpec(
+                name=self.name, payload=payload, queue=queue or self.queue,
+                priority=self.priority if priority is None else priority, run_at=run_at, delay=delay_value,
+                max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            )
+            for payload in payloads
+        ]
+        return target.enqueue_many(specs)
+
+    def concurrency_slot(self, payload: Any) -> str | None:
+        """The fleet lease key limiting this job's concurrency, or ``None`` when unlimited."""
+        if self.concurrency is None:
+            return None
+        if self.concurrency_key is None:
+            return f"jobcore:job:{self.name}"
+        return f"jobcore:job:{self.name}:{self.concurrency_key(payload)}"
+
+
+class Registry:
+    """Job names to handles. Workers look handlers up here by the claimed job's name."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, JobHandle] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._handles
+
+    def __iter__(self) -> Iterator[JobHandle]:
+        return iter(list(self._handles.values()))
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def get(self, name: str) -> JobHandle:
+        """The handle registered as ``name``, or ``JC_JOB_NOT_REGISTERED``."""
+        handle = self._handles.get(name)
+        if handle is None:
+            raise JobNotRegistered(
+                f"no handler is registered for job {name!r}",
+                "import the module declaring it with @job before starting the worker",
+            )
+        return handle
+
+    def add(self, handle: JobHandle) -> JobHandle:
+        """Register ``handle``; a name already taken by another function is refused."""
+        with self._lock:
+            existing = self._handles.get(handle.name)
+            if existing is not None and existing.fn is not handle.fn and _origin(existing.fn) != _origin(handle.fn):
+                raise OptionInvalid(
+                    f"job name {handle.name!r} is already registered to {_origin(existing.fn)}",
+                    "give one of them another name with @job(name=...)",
+                )
+            self._handles[handle.name] = handle
+        return handle
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (tests re-registering handlers use this)."""
+        with self._lock:
+            self._handles.pop(name, None)
+
+    def drop_exhausted(self) -> frozenset[str]:
+        """Names of jobs declared ``dead_letter=False`` (a worker passes them to ``claim``)."""
+        return frozenset(h.name for h in self._handles.values() if not h.dead_letter)
+
+    def queues(self) -> frozenset[str]:
+        """Every queue a registered job enqueues to by default."""
+        return frozenset(h.queue for h in self._handles.values())
+
+    @overload
+    def job(self, fn: F, /) -> JobHandle: ...
+
+    @overload
+    def job(self, fn: None = None, /, **options: Any) -> Callable[[Callable[..., Any]], JobHandle]: ...
+
+    def job(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """``@registry.job`` / ``@registry.job(...)``: like :func:`job`, into this registry."""
+        decorate = job(registry=self, **options)
+        return decorate(fn) if fn is not None else decorate
+
+
+def _origin(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+default_registry = Registry()
+"""Where ``@job`` registers handlers unless given ``registry=``."""
+
+
+def _make_handle(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    queue: str,
+    max_attempts: int | None,
+    backoff: Backoff | None,
+    dead_letter: bool,
+    terminal: Iterable[type[BaseException]] | type[BaseException],
+    timeout: Duration | None,
+    concurrency: int | None,
+    concurrency_key: Callable[[Any], str] | None,
+    priority: int,
+) -> JobHandle:
+    if not callable(fn):
+        raise OptionInvalid(f"@job decorates a function, got {fn!r}", "put @job above a def or async def")
+    job_name = v.check_name(name if name is not None else _origin(fn), "name")
+    if max_attempts is not None:
+        max_attempts = v.check_int(max_attempts, "max_attempts", 1, v.MAX_ATTEMPTS)
+    if concurrency is not None:
+        concurrency = v.check_int(concurrency, "concurrency", 1, 1_000_000)
+    if concurrency_key is not None and not callable(concurrency_key):
+        raise OptionInvalid("concurrency_key must be a function of the payload", "concurrency_key=lambda p: p['user']")
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise OptionInvalid(f"backoff must be a Backoff, got {backoff!r}", "backoff=Backoff(base=1, cap=60)")
+    if not isinstance(dead_letter, bool):
+        raise OptionInvalid(
+            f"dead_letter must be a bool, got {dead_letter!r}", "dead_letter=False drops exhausted jobs"
+        )
+    params = inspect.signature(fn).parameters
+    return JobHandle(
+        name=job_name, fn=fn, queue=v.check_name(queue, "queue"), max_attempts=max_attempts,
+        backoff=backoff if backoff is not None else DEFAULT_BACKOFF, dead_letter=dead_letter,
+        terminal=_check_exc_types(terminal), timeout=_optional_seconds(timeout, "timeout"),
+        concurrency=concurrency, concurrency_key=concurrency_key,
+        priority=v.check_int(priority, "priority", v.PRIORITY_MIN, v.PRIORITY_MAX),
+        wants_ctx="ctx" in params, is_async=inspect.iscoroutinefunction(fn),
+    )
+
+
+@overload
+def job(fn: Callable[..., Any], /) -> JobHandle: ...
+
+
+@overload
+def job(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    dead_letter: bool = True,
+    terminal: Iterable[type[BaseException]] | type[BaseException] = (),
+    timeout: Duration | None = None,
+    concurrency: int | None = None,
+    concurrency_key: Callable[[Any], str] | None = None,
+    priority: int = 0,
+    registry: Registry | None = None,
+) -> Callable[[Callable[..., Any]], JobHandle]: ...
+
+
+def job(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    dead_letter: bool = True,
+    terminal: Iterable[type[BaseException]] | type[BaseException] = (),
+    timeout: Duration | None = None,
+    concurrency: int | None = None,
+    concurrency_key: Callable[[Any], str] | None = None,
+    priority: int = 0,
+    registry: Registry | None = None,
+) -> Any:
+    """Declare a job handler; use as ``@job`` or ``@job(queue=..., ...)``.
+
+    Args:
+        name: Stored job name (default ``module.qualname`` of the function).
+        queue: Queue its jobs go to by default.
+        max_attempts: Attempts before the job is dead-lettered (or dropped).
+        backoff: Delay before each retry (:class:`~jobcore.backoff.Backoff`).
+        dead_letter: ``False`` drops an exhausted job (``failed``) instead of ``dead``.
+        terminal: Exception types that fail the job at once, no retry.
+        timeout: Seconds (or timedelta) one attempt may run; then it is cancelled and
+            fails that attempt (retried like any failure unless terminal lists ``JobTimeout``).
+        concurrency: Fleet-wide limit of attempts running at once (through ``driver.leases``).
+        concurrency_key: ``fn(payload) -> str``: apply the limit per key.
+        priority: Default priority of its jobs.
+        registry: Where to register (default :data:`default_registry`).
+    """
+    target = registry if registry is not None else default_registry
+
+    def decorate(func: Callable[..., Any]) -> JobHandle:
+        handle = _make_handle(
+            func, name=name, queue=queue, max_attempts=max_attempts, backoff=backoff, dead_letter=dead_letter,
+            terminal=terminal, timeout=timeout, concurrency=concurrency, concurrency_key=concurrency_key,
+            priority=priority,
+        )
+        return target.add(handle)
+
+    return decorate(fn) if fn is not None else decorate

@@ -1,0 +1,849 @@
+"""The worker: claims jobs, runs their handlers, keeps their leases, settles them.
+
+One :class:`Worker` runs these threads:
+
+* the **claim loop** (the caller's thread under :meth:`Worker.run`, a background one
+  under :meth:`Worker.start`) claims batches sized to its free slots, wakes on the
+  driver's notifications where it has them and polls otherwise, announces buried jobs
+  (C08) and runs ``introspect.rescue()`` periodically (C10);
+* one thread per running **sync handler**, and one event-loop thread shared by the
+  **async handlers**;
+* the **keeper**, which renews each in-flight lease every ``lease/3`` and enforces
+  handler timeouts; a lease it cannot keep calls the attempt off (W02);
+* the **settler**, which settles finished attempts with their claim token, acks
+  batched through ``ack_many`` (S07), and fires ``on_settled`` (W06).
+
+Leases and retry times are read from ``driver.clock``; the cadence of the loops
+(polling, heartbeats, timeouts) is real time. Nothing a handler or the store does
+ends the claim loop (W03): only :meth:`Worker.stop`, :meth:`Worker.request_stop` or
+:meth:`Worker.kill` do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue as queue_mod
+import random
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobcore import validate as v
+from jobcore.backoff import DEFAULT_BACKOFF
+from jobcore.clock import to_millis
+from jobcore.current import get_job_driver
+from jobcore.driver import Duration, JobDriver, Subscription
+from jobcore.errors import JobNotRegistered, JobTimeout, PayloadInvalid
+from jobcore.records import Claimed, Job, JobState
+from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
+
+__all__ = ["OUTCOMES", "Worker", "call_handler", "handler_error", "retry_policy"]
+
+logger = logging.getLogger("jobcore.worker")
+
+OUTCOMES = ("completed", "failed", "dead_lettered", "dropped", "buried")
+"""Endings ``on_settled`` reports: done; failed at once (terminal); dead; failed when
+exhausted with ``dead_letter=False``; lease lapsed on the final attempt (C08)."""
+
+SHUTDOWN_SIGNALS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
+"""Raised by a handler, these stop the worker and give the attempt back instead of failing it."""
+
+ON_SETTLED_TRIES = 3
+"""How many times an ``on_settled`` callback that raises is called for one ending."""
+
+SETTLE_BATCH = 500
+"""Most settles one settler round sends (acks go in one ``ack_many``)."""
+
+CONCURRENCY_RETRY = 1.0
+"""Seconds (jittered) before a job held back by its concurrency limit is offered again."""
+
+_error_types: dict[str, type[Exception]] = {}
+_error_types_lock = threading.Lock()
+
+
+def _error_type(name: str) -> type[Exception]:
+    """An exception class carrying ``name``, so a rewritten message keeps its type name."""
+    with _error_types_lock:
+        cls = _error_types.get(name)
+        if cls is None:
+            cls = type(name if name.isidentifier() else "HandlerError", (Exception,), {})
+            _error_types[name] = cls
+        return cls
+
+
+def handler_error(raised: object) -> Exception:
+    """What to record for whatever a handler raised or produced (W07).
+
+    The answer carries the original type name and a readable message that every driver
+    stores: NUL characters and unpaired surrogates removed, cut to
+    :data:`~jobcore.validate.MAX_ERROR_TEXT_BYTES`. An exception with an empty text
+    is described by its ``repr``; a non-exception value by its type and ``repr``.
+    """
+    if isinstance(raised, BaseException):
+        type_name = type(raised).__name__
+        try:
+            message = str(raised)
+        except Exception:
+            message = f"<unprintable {type_name}>"
+        if not message:
+            try:
+                message = repr(raised)
+            except Exception:
+                message = type_name
+    else:
+        type_name = "NonExceptionRaised"
+        try:
+            message = f"handler produced a {type(raised).__name__}, not an exception: {raised!r}"
+        except Exception:
+            message = f"handler produced a {type(raised).__name__}, not an exception"
+    message = message.replace("\x00", "")
+    data = message.encode("utf-8", "replace")  # unpaired surrogates become '?'
+    limit = v.MAX_ERROR_TEXT_BYTES
+    if len(data) > limit:
+        marker = b" ... [truncated]"
+        data = data[: limit - len(marker)] + marker
+    text = data.decode("utf-8", "ignore")
+    return _error_type(type_name)(text)
+
+
+def retry_policy(
+    handle: JobHandle | None, job: Job, raised: BaseException, now: datetime, rng: random.Random | None = None
+) -> dict[str, Any]:
+    """``nack`` keyword arguments for an attempt of ``job`` that raised ``raised``.
+
+    Terminal types fail at once (S04, W05); otherwise the job retries after the
+    handle's backoff (the driver dead-letters or drops it when attempts ran out).
+    """
+    if handle is None:
+        return {"retry_at": to_millis(now + DEFAULT_BACKOFF.delay(job.attempt, rng))}
+    if handle.terminal and isinstance(raised, handle.terminal):
+        return {"fail": True, "dead_letter": handle.dead_letter}
+    return {"retry_at": to_millis(now + handle.backoff.delay(job.attempt, rng)), "dead_letter": handle.dead_letter}
+
+
+def call_handler(handle: JobHandle, job: Job, ctx: JobContext) -> Any:
+    """Call the handler with the payload (and ``ctx=`` when it asks); a coroutine for async ones."""
+    if handle.wants_ctx:
+        return handle.fn(job.payload, ctx=ctx)
+    return handle.fn(job.payload)
+
+
+def _seconds(value: Duration, name: str) -> float:
+    return v.check_lease(value, name).total_seconds()
+
+
+class _Attempt:
+    """One claimed job while this worker holds it. Status changes under the worker's lock.
+
+    Status: ``running`` (handler busy, holds a slot) -> ``finishing`` (outcome queued for
+    the settler) or ``timed_out``; any of those -> ``lost`` (lease gone, nothing
+    recorded) or ``abandoned`` (shutdown/kill); the settler removes it when done.
+    """
+
+    __slots__ = (
+        "claimed", "ctx", "deadline", "handle", "lease_until", "log", "next_beat", "slot_holder", "slot_key",
+        "status", "task",
+    )
+
+    def __init__(self, claimed: Claimed, handle: JobHandle | None, ctx: JobContext, log: logging.LoggerAdapter[Any]):
+        self.claimed = claimed
+        self.handle = handle
+        self.ctx = ctx
+        self.log = log
+        self.status = "running"
+        self.lease_until: datetime = claimed.job.lease_expires_at or claimed.job.attempted_at or claimed.job.run_at
+        self.next_beat = 0.0
+        self.deadline: float | None = None
+        self.slot_key: str | None = None
+        self.slot_holder = ""
+        self.task: asyncio.Task[Any] | None = None
+
+    @property
+    def job(self) -> Job:
+        return self.claimed.job
+
+
+class _Settle:
+    """One settle for the settler: an ack with ``result`` or a nack with ``error`` and options."""
+
+    __slots__ = ("attempt", "error", "kind", "options", "result")
+
+    def __init__(
+        self, attempt: _Attempt, kind: str, *, result: Any = None, error: BaseException | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.attempt, self.kind, self.result, self.error = attempt, kind, result, error
+        self.options = options or {}
+
+
+_STOP = object()
+
+
+class Worker:
+    """Runs the handlers of jobs claimed from ``queues``.
+
+    Args:
+        queues: Queue names (a list, or one comma-separated string).
+        concurrency: Handlers running at once in this worker.
+        lease: How long a claim holds a job without renewal (seconds or timedelta);
+            renewed every ``lease/3``.
+        driver: The store (default: the process-wide one, read at start).
+        registry: Where handlers are looked up (default: ``@job``'s default registry).
+        poll_interval: Seconds between claims when idle and no wake-up arrives.
+        drain_timeout: Seconds :meth:`stop` waits for in-flight handlers.
+        worker_id: This worker's id in claims (default ``host:pid:random``).
+        on_settled: ``fn(job, outcome)`` for each ending that landed (see :data:`OUTCOMES`).
+        rescue_interval: Seconds between ``introspect.rescue()`` sweeps (``None``: never).
+        heartbeat_interval: Seconds between renewals of one lease (default ``lease/3``).
+        seed: Seeds the jitter of retry delays (tests).
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str] | str,
+        *,
+        concurrency: int = 4,
+        lease: Duration = 30.0,
+        driver: JobDriver | None = None,
+        registry: Registry | None = None,
+        poll_interval: float = 1.0,
+        drain_timeout: float = 30.0,
+        worker_id: str | None = None,
+        on_settled: Callable[[Job, str], Any] | None = None,
+        rescue_interval: float | None = 60.0,
+        heartbeat_interval: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        names = [q.strip() for q in queues.split(",")] if isinstance(queues, str) else list(queues)
+        self.queues = tuple(q for q in names if q)
+        self.concurrency = v.check_int(concurrency, "concurrency", 1, v.MAX_CLAIM_BATCH)
+        self.lease = v.check_lease(lease)
+        self._driver = driver
+        self.registry = registry if registry is not None else default_registry
+        self.poll_interval = _seconds(poll_interval, "poll_interval")
+        self.drain_timeout = max(0.0, float(drain_timeout))
+        self.worker_id = v.check_name(
+            worker_id if worker_id is not None else f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+            "worker_id",
+        )
+        self.on_settled = on_settled
+        self.rescue_interval = None if rescue_interval is None else _seconds(rescue_interval, "rescue_interval")
+        beat = self.lease.total_seconds() / 3 if heartbeat_interval is None else heartbeat_interval
+        self.heartbeat_interval = _seconds(beat, "heartbeat_interval")
+        self.counts: Counter[str] = Counter()
+        """Running totals: claimed, completed, retried, failed, dead_lettered, dropped,
+        buried, lost, timed_out, settle_errors, abandoned, ..."""
+        self.log = job_logger(logger, None)
+        self._rng = random.Random(seed)
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._active: dict[str, _Attempt] = {}
+        self._busy = 0
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._killed = False
+        self._done = threading.Event()
+        self._keeper_wake = threading.Event()
+        self._settles: queue_mod.Queue[Any] = queue_mod.Queue()
+        self._drain_override: float | None = None
+        self._drained = True
+        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._subscription: Subscription | None = None
+        self._run_ident: int | None = None
+        self._keeper_stop = False
+        self._started = False
+
+    # -- public control --------------------------------------------------------------
+
+    @property
+    def driver(self) -> JobDriver:
+        """The store this worker claims from."""
+        if self._driver is None:
+            self._driver = get_job_driver()
+        return self._driver
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running now."""
+        with self._lock:
+            return self._busy
+
+    def progress(self) -> dict[str, float | None]:
+        """Latest progress each running handler reported, by job id."""
+        with self._lock:
+            return {jid: a.ctx.progress_value for jid, a in self._active.items() if a.status == "running"}
+
+    def start(self) -> Worker:
+        """Run the worker in background threads; answers itself. Stop it with :meth:`stop`."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("this worker was already started; make a new one")
+            self._started = True
+        self._thread = threading.Thread(target=self._run, name=f"jobcore-worker-{self.worker_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """Run the claim loop in this thread until stopped, then drain (W04)."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("this worker was already started; make a new one")
+            self._started = True
+        self._run()
+
+    def request_stop(self, drain_timeout: float | None = None) -> None:
+        """Ask the worker to stop claiming and drain; returns at once (safe in signal handlers)."""
+        if drain_timeout is not None:
+            self._drain_override = max(0.0, float(drain_timeout))
+        self._stopping.set()
+        self._wake.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop claiming, let in-flight handlers finish within ``timeout`` (default
+        ``drain_timeout``), abandon the rest (their leases lapse for reclaim), and wait
+        for the worker to end. Answers ``True`` when nothing had to be abandoned (W04).
+        """
+        self.request_stop(timeout)
+        if not self._started or threading.get_ident() == self._run_ident:
+            return self._drained
+        budget = (self.drain_timeout if timeout is None else max(0.0, timeout)) + 15.0
+        self._done.wait(budget)
+        return self._drained and self._done.is_set()
+
+    def kill(self) -> None:
+        """Stop at once as a crash would: nothing more is settled or renewed (tests, demos).
+
+        Running handlers are told to stop; their jobs stay ``running`` until their
+        leases lapse and another worker reclaims them.
+        """
+        with self._lock:
+            self._killed = True
+            for attempt in self._active.values():
+                if attempt.status != "abandoned":
+                    if attempt.status == "running":
+                        self._busy -= 1
+                    attempt.status = "abandoned"
+                    self._call_off(attempt, "the worker was killed")
+            self._active.clear()
+        self.request_stop(0.0)
+        if self._started and threading.get_ident() != self._run_ident:
+            self._done.wait(15.0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the worker has ended; answers whether it did within ``timeout``."""
+        return self._done.wait(timeout)
+
+    # -- the claim loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._run_ident = threading.get_ident()
+        try:
+            self._startup()
+            self._claim_loop()
+        except BaseException:
+            self.log.exception("worker %s stopped by an unexpected error", self.worker_id)
+            raise
+        finally:
+            self._shutdown()
+
+    def _startup(self) -> None:
+        if not self.queues:
+            v.check_claim(self.queues, self.worker_id, 1, self.lease, ())  # raises JC_CLAIM_QUEUES_EMPTY
+        driver = self.driver
+        for target, name in ((self._keeper, "keeper"), (self._settler, "settler")):
+            thread = threading.Thread(target=target, name=f"jobcore-{name}-{self.worker_id}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if "notify" in driver.capabilities:
+            try:
+                self._subscription = driver.subscribe(self.queues, self._on_notify)
+            except Exception:
+                self.log.exception("could not subscribe to wake-ups; polling every %ss", self.poll_interval)
+        self.log.info(
+            "worker %s started on %s (concurrency %d, lease %ss)", self.worker_id, ",".join(self.queues),
+            self.concurrency, self.lease.total_seconds(),
+        )
+
+    def _on_notify(self, _queue: str) -> None:
+        self._wake.set()
+
+    def _claim_loop(self) -> None:
+        next_rescue = time.monotonic() if self.rescue_interval is not None else None
+        while not self._stopping.is_set():
+            if next_rescue is not None and time.monotonic() >= next_rescue:
+                assert self.rescue_interval is not None
+                next_rescue = time.monotonic() + self.rescue_interval
+                self._rescue()
+            with self._cond:
+                free = self.concurrency - self._busy
+                if free <= 0:
+                    self._cond.wait(self.poll_interval)
+                    continue
+            self._wake.clear()
+            try:
+                result = self.driver.claim(
+                    self.queues, worker_id=self.worker_id, limit=min(free, v.MAX_CLAIM_BATCH), lease=self.lease,
+                    drop_exhausted=self.registry.drop_exhausted(),
+                )
+            except Exception:
+                self.log.exception("claim failed; retrying in %ss", self.poll_interval)
+                self._stopping.wait(self.poll_interval)
+                continue
+            for job in result.buried:
+                self._announce_buried(job)
+            for claimed in result.claimed:
+                self._launch(claimed)
+            if len(result.claimed) < free:
+                self._wake.wait(self.poll_interval)
+
+    def _rescue(self) -> None:
+        try:
+            rescued = self.driver.introspect.rescue()
+        except Exception:
+            self.log.exception("rescue sweep failed")
+            return
+        if rescued.requeued:
+            self.log.info("rescue put %d jobs with lapsed leases back to ready", rescued.requeued)
+        for job in rescued.buried:
+            self._announce_buried(job)
+
+    def _announce_buried(self, job: Job) -> None:
+        self.counts["buried"] += 1
+        job_logger(logger, job).error(
+            "job %s (%s) buried %s: its lease lapsed on the final attempt %d of %d (the worker likely crashed)",
+            job.id, job.name, job.state, job.attempt, job.max_attempts,
+        )
+        self._fire(job, "buried")
+
+    # -- running handlers ------------------------------------------------------------
+
+    def _launch(self, claimed: Claimed) -> None:
+        job = claimed.job
+        log = job_logger(logger, job)
+        self.counts["claimed"] += 1
+        try:
+            handle: JobHandle | None = self.registry.get(job.name)
+        except JobNotRegistered as exc:
+            handle = None
+            log.error("job %s: %s", job.id, exc.cause)  # noqa: TRY400 - the traceback says nothing more
+        ctx = JobContext(job, claimed.token, log=log)
+        attempt = _Attempt(claimed, handle, ctx, log)
+        attempt.next_beat = time.monotonic() + self.heartbeat_interval
+        if handle is None:
+            error = JobNotRegistered(f"no handler is registered for job {job.name!r} in worker {self.worker_id}")
+            self._queue_nack(attempt, error, retry_policy(None, job, error, self.driver.clock.now(), self._rng))
+            return
+        if not self._take_slot(attempt, handle):
+            return
+        if handle.timeout is not None:
+            attempt.deadline = time.monotonic() + handle.timeout
+        with self._lock:
+            if self._killed:
+                return
+            self._active[job.id] = attempt
+            self._busy += 1
+        self._keeper_wake.set()
+        log.debug("job %s (%s) attempt %d started", job.id, job.name, job.attempt)
+        if handle.is_async:
+            loop = self._ensure_loop()
+            asyncio.run_coroutine_threadsafe(self._run_async(attempt), loop)
+        else:
+            threading.Thread(target=self._run_sync, args=(attempt,), name=f"jobcore-job-{job.id}", daemon=True).start()
+
+    def _take_slot(self, attempt: _Attempt, handle: JobHandle) -> bool:
+        """Take the job's fleet concurrency slot; when full, give the attempt back for later."""
+        assert handle.concurrency is not None or handle.concurrency_slot(attempt.job.payload) is None
+        try:
+            key = handle.concurrency_slot(attempt.job.payload)
+        except Exception as exc:
+            attempt.log.exception("concurrency_key failed for job %s", attempt.job.id)
+            self._queue_nack(attempt, exc, {"fail": True, "dead_letter": handle.dead_letter})
+            return False
+        if key is None:
+            return True
+        assert handle.concurrency is not None
+        holder = f"{self.worker_id}/{attempt.job.id}"[-v.MAX_NAME_LENGTH :]
+        try:
+            taken = self.driver.leases.acquire(key, handle.concurrency, holder, self.lease)
+        except Exception:
+            attempt.log.exception("could not take a concurrency slot of %s; retrying later", key)
+            taken = False
+        if taken:
+            attempt.slot_key, attempt.slot_holder = key, holder
+            return True
+        delay = timedelta(seconds=CONCURRENCY_RETRY * self._rng.uniform(0.5, 1.5))
+        self.counts["deferred"] += 1
+        attempt.log.debug("job %s deferred: %s is at its limit of %d", attempt.job.id, key, handle.concurrency)
+        error = _error_type("ConcurrencyLimited")(f"{key} already runs {handle.concurrency} at once")
+        self._queue_nack(
+            attempt, error,
+            {"retry_at": to_millis(self.driver.clock.now() + delay), "counts_as_attempt": False},
+        )
+        return False
+
+    def _run_sync(self, attempt: _Attempt) -> None:
+        assert attempt.handle is not None
+        try:
+            result = call_handler(attempt.handle, attempt.job, attempt.ctx)
+        except SHUTDOWN_SIGNALS as exc:
+            self._finished(attempt, None, exc)
+        except BaseException as exc:  # W07: whatever the handler raised is the attempt's error
+            self._finished(attempt, None, exc)
+        else:
+            self._finished(attempt, result, None)
+
+    async def _run_async(self, attempt: _Attempt) -> None:
+        assert attempt.handle is not None
+        attempt.task = asyncio.current_task()
+        if attempt.status != "running":  # called off before it got to start
+            return
+        try:
+            result = await call_handler(attempt.handle, attempt.job, attempt.ctx)
+        except BaseException as exc:  # W07, including a CancelledError the handler raised itself
+            self._finished(attempt, None, exc)
+        else:
+            self._finished(attempt, result, None)
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=self._loop_main, args=(loop,), name=f"jobcore-async-{self.worker_id}", daemon=True
+                )
+                self._loop, self._loop_thread = loop, thread
+                thread.start()
+            return self._loop
+
+    @staticmethod
+    def _loop_main(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+    def _finished(self, attempt: _Attempt, result: Any, raised: BaseException | None) -> None:
+        """A handler returned or raised: queue its settle, unless the attempt was called off."""
+        with self._cond:
+            if attempt.status != "running":
+                attempt.log.info(
+                    "job %s (%s) handler ended after the attempt was %s; its outcome is not recorded",
+                    attempt.job.id, attempt.job.name, attempt.status,
+                )
+                return
+            attempt.status = "finishing"
+            self._busy -= 1
+            self._cond.notify_all()
+        self._wake.set()
+        if raised is None:
+            self._settles.put(_Settle(attempt, "ack", result=result))
+            return
+        job = attempt.job
+        if isinstance(raised, SHUTDOWN_SIGNALS):
+            attempt.log.warning("job %s (%s) raised %s: stopping the worker", job.id, job.name, type(raised).__name__)
+            self._queue_nack(attempt, handler_error(raised), {"counts_as_attempt": False}, queued=True)
+            self.request_stop()
+            return
+        attempt.log.warning(
+            "job %s (%s) attempt %d failed: %s", job.id, job.name, job.attempt, type(raised).__name__,
+            exc_info=(type(raised), raised, raised.__traceback__),
+        )
+        options = retry_policy(attempt.handle, job, raised, self.driver.clock.now(), self._rng)
+        self._queue_nack(attempt, handler_error(raised), options, queued=True)
+
+    def _queue_nack(
+        self, attempt: _Attempt, error: BaseException, options: dict[str, Any], *, queued: bool = False
+    ) -> None:
+        if not queued:
+            with self._lock:
+                attempt.status = "finishing"
+                self._active[attempt.job.id] = attempt
+        self._settles.put(_Settle(attempt, "nack", error=error, options=options))
+
+    def _call_off(self, attempt: _Attempt, reason: str, *, timed_out: bool = False) -> None:
+        attempt.ctx.cancel(reason, timed_out=timed_out)
+        task, loop = attempt.task, self._loop
+        if task is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(task.cancel)
+
+    # -- the keeper: heartbeats and timeouts -----------------------------------------
+
+    def _keeper(self) -> None:
+        while not self._keeper_stop:
+            with self._lock:
+                attempts = list(self._active.values())
+            now = time.monotonic()
+            next_wake = now + min(1.0, self.heartbeat_interval)
+            for attempt in attempts:
+                if self._killed:
+                    return
+                if attempt.status == "running" and attempt.deadline is not None:
+                    if now >= attempt.deadline:
+                        self._time_out(attempt)
+                    else:
+                        next_wake = min(next_wake, attempt.deadline)
+                if attempt.status in ("running", "finishing", "timed_out"):
+                    if now >= attempt.next_beat:
+                        self._beat(attempt)
+                        attempt.next_beat = time.monotonic() + self.heartbeat_interval
+                    next_wake = min(next_wake, attempt.next_beat)
+            self._keeper_wake.wait(max(0.0, next_wake - time.monotonic()))
+            self._keeper_wake.clear()
+
+    def _beat(self, attempt: _Attempt) -> None:
+        driver = self.driver
+        before = to_millis(driver.clock.now())
+        try:
+            kept = driver.heartbeat(attempt.claimed.token, self.lease)
+        except Exception:
+            attempt.log.warning("heartbeat for job %s failed", attempt.job.id, exc_info=True)
+            if to_millis(driver.clock.now()) >= attempt.lease_until:
+                self._lose(attempt, "no renewal landed for a whole lease window")
+            return
+        if not kept:
+            if attempt.status == "finishing":
+                # Its settle is in flight and may have just landed (a settled token no
+                # longer heartbeats); the settle's own answer says whether it was lost.
+                return
+            self._lose(attempt, "its lease was lost (reclaimed, cancelled or removed)")
+            return
+        attempt.lease_until = before + self.lease
+        if attempt.slot_key is not None:
+            try:
+                if not driver.leases.renew(attempt.slot_key, attempt.slot_holder, self.lease):
+                    # The slot lapsed (a long pause); take it again if room remains, else run on.
+                    assert attempt.handle is not None
+                    assert attempt.handle.concurrency is not None
+                    driver.leases.acquire(attempt.slot_key, attempt.handle.concurrency, attempt.slot_holder, self.lease)
+            except Exception:
+                attempt.log.warning("could not renew concurrency slot %s", attempt.slot_key, exc_info=True)
+
+    def _lose(self, attempt: _Attempt, reason: str) -> None:
+        """The lease is gone: call the handler off and record nothing of this attempt (W02)."""
+        with self._cond:
+            if attempt.status not in ("running", "finishing", "timed_out"):
+                return
+            if attempt.status == "running":
+                self._busy -= 1
+                self._cond.notify_all()
+            attempt.status = "lost"
+            self._active.pop(attempt.job.id, None)
+        self.counts["lost"] += 1
+        attempt.log.warning(
+            "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
+            attempt.job.id, attempt.job.name, attempt.job.attempt, reason,
+        )
+        self._call_off(attempt, reason)
+        self._release_slot(attempt)
+        self._wake.set()
+
+    def _time_out(self, attempt: _Attempt) -> None:
+        """The handler ran past its timeout: cancel it, then fail the attempt."""
+        assert attempt.handle is not None
+        assert attempt.handle.timeout is not None
+        with self._cond:
+            if attempt.status != "running":
+                return
+            attempt.status = "timed_out"
+            self._busy -= 1
+            self._cond.notify_all()
+        self.counts["timed_out"] += 1
+        job = attempt.job
+        reason = f"the attempt ran longer than its timeout of {attempt.handle.timeout:g}s"
+        self._call_off(attempt, reason, timed_out=True)
+        error = JobTimeout(f"job {job.id} ({job.name}) attempt {job.attempt}: {reason}", "raise timeout or split it")
+        attempt.log.warning("job %s (%s) timed out after %gs", job.id, job.name, attempt.handle.timeout)
+        options = retry_policy(attempt.handle, job, error, self.driver.clock.now(), self._rng)
+        self._settles.put(_Settle(attempt, "nack", error=handler_error(error), options=options))
+        self._wake.set()
+
+    # -- the settler -----------------------------------------------------------------
+
+    def _settler(self) -> None:
+        while True:
+            item = self._settles.get()
+            batch = [item]
+            while len(batch) < SETTLE_BATCH:
+                try:
+                    batch.append(self._settles.get_nowait())
+                except queue_mod.Empty:
+                    break
+            stop = any(entry is _STOP for entry in batch)
+            self._settle_batch([entry for entry in batch if entry is not _STOP])
+            if stop:
+                return
+
+    def _settle_batch(self, batch: list[_Settle]) -> None:
+        acks: list[_Settle] = []
+        nacks: list[_Settle] = []
+        for item in batch:
+            if item.attempt.status in ("lost", "abandoned"):
+                continue
+            if item.kind == "ack":
+                try:
+                    v.encode_json(item.result, "result")
+                except PayloadInvalid as exc:  # W07: an unstorable result fails the attempt readably
+                    item.attempt.log.warning("job %s returned a result that cannot be stored", item.attempt.job.id)
+                    now = self.driver.clock.now()
+                    options = retry_policy(item.attempt.handle, item.attempt.job, exc, now, self._rng)
+                    nacks.append(_Settle(item.attempt, "nack", error=handler_error(exc), options=options))
+                    continue
+                acks.append(item)
+            else:
+                nacks.append(item)
+        if acks:
+            try:
+                answers: list[Job | None] = self.driver.ack_many([(i.attempt.claimed.token, i.result) for i in acks])
+            except Exception:
+                self.counts["settle_errors"] += len(acks)
+                for item in acks:
+                    item.attempt.log.exception(
+                        "could not settle job %s (%s) done; its lease will lapse and it will run again",
+                        item.attempt.job.id, item.attempt.job.name,
+                    )
+                    self._forget(item.attempt)
+            else:
+                for item, answer in zip(acks, answers, strict=True):
+                    self._landed(item, answer)
+        for item in nacks:
+            try:
+                answer = self.driver.nack(item.attempt.claimed.token, item.error or "failed", **item.options)
+            except Exception:
+                self.counts["settle_errors"] += 1
+                item.attempt.log.exception(
+                    "could not record the failure of job %s (%s); its lease will lapse and it will run again",
+                    item.attempt.job.id, item.attempt.job.name,
+                )
+                self._forget(item.attempt)
+            else:
+                self._landed(item, answer)
+
+    def _forget(self, attempt: _Attempt) -> None:
+        with self._cond:
+            if self._active.get(attempt.job.id) is attempt:
+                del self._active[attempt.job.id]
+            self._cond.notify_all()
+        self._release_slot(attempt)
+
+    def _release_slot(self, attempt: _Attempt) -> None:
+        if attempt.slot_key is None:
+            return
+        key, attempt.slot_key = attempt.slot_key, None
+        try:
+            self.driver.leases.release(key, attempt.slot_holder)
+        except Exception:
+            attempt.log.warning("could not release concurrency slot %s; it lapses by itself", key, exc_info=True)
+        self._wake.set()
+
+    def _landed(self, item: _Settle, answer: Job | None) -> None:
+        attempt = item.attempt
+        self._forget(attempt)
+        job = attempt.job
+        if answer is None:
+            self.counts["not_landed"] += 1
+            attempt.log.warning(
+                "settle of job %s (%s) did not land: its lease was lost (reclaimed, cancelled or removed)",
+                job.id, job.name,
+            )
+            return
+        outcome: str | None
+        if item.kind == "ack":
+            outcome = "completed"
+        elif answer.state is JobState.DEAD:
+            outcome = "dead_lettered"
+        elif answer.state is JobState.FAILED:
+            outcome = "failed" if item.options.get("fail") else "dropped"
+        else:
+            outcome = None
+            if answer.state is JobState.SCHEDULED:
+                self.counts["retried"] += 1
+                attempt.log.info(
+                    "job %s (%s) will retry at %s (attempt %d of %d failed)", job.id, job.name,
+                    answer.run_at.isoformat(), answer.attempt, answer.max_attempts,
+                )
+        if outcome is not None:
+            self.counts[outcome] += 1
+            level = logging.INFO if outcome == "completed" else logging.ERROR
+            attempt.log.log(level, "job %s (%s) %s", job.id, job.name, outcome.replace("_", " "))
+            self._fire(answer, outcome)
+
+    def _fire(self, job: Job, outcome: str) -> None:
+        """Call ``on_settled`` for one landed ending; its errors are logged, retried, contained (W06)."""
+        if self.on_settled is None:
+            return
+        for attempt_no in range(1, ON_SETTLED_TRIES + 1):
+            try:
+                self.on_settled(job, outcome)
+                return
+            except Exception:
+                job_logger(logger, job).exception(
+                    "on_settled(%s) raised for job %s (try %d of %d)", outcome, job.id, attempt_no, ON_SETTLED_TRIES
+                )
+
+    # -- shutdown --------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        timeout = self.drain_timeout if self._drain_override is None else self._drain_override
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._busy > 0 and not self._killed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            abandoned = [a for a in self._active.values() if a.status == "running"]
+            for attempt in abandoned:
+                attempt.status = "abandoned"
+                self._busy -= 1
+                self._active.pop(attempt.job.id, None)
+        for attempt in abandoned:
+            self.counts["abandoned"] += 1
+            attempt.log.warning(
+                "job %s (%s) abandoned after the %gs drain timeout; its lease will lapse for reclaim",
+                attempt.job.id, attempt.job.name, timeout,
+            )
+            self._call_off(attempt, "the worker is shutting down")
+        self._drained = not abandoned and not self._killed
+        self._settles.put(_STOP)
+        for thread in self._threads:
+            if thread.name.startswith("jobcore-settler"):
+                thread.join(10.0)
+        self._keeper_stop = True
+        self._keeper_wake.set()
+        for thread in self._threads:
+            thread.join(5.0)
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                self._subscription.close()
+        loop, loop_thread = self._loop, self._loop_thread
+        if loop is not None and loop_thread is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
+            loop_thread.join(5.0)
+        self.log.info(
+            "worker %s stopped (%s)", self.worker_id,
+            "drained" if self._drained else f"{len(abandoned)} abandoned" if not self._killed else "killed",
+        )
+        self._done.set()
+

@@ -1,0 +1,304 @@
+"""A small, obviously correct reference model of one job store, for the stateful parity test.
+
+It is written from RULES.md and the protocol docstrings alone and shares no code with
+any driver: a dict of plain job records, scanned in full on every call, with no
+indexes, heaps or caches that could go stale. Time is an argument of every call (the
+test reads it from the ManualClock it also gives the driver). Ids are the model's own
+enqueue sequence numbers; the test maps them to the driver's opaque ids.
+
+Refusals are raised as :class:`Refused` carrying the error class name and code the
+driver must raise. Error history entries whose message no rule pins (the burial text,
+the default cancel reason) keep ``None`` as their message and are compared by type,
+time and attempt only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any
+
+__all__ = ["LEASE_EXPIRED_TEXT", "MError", "MJob", "MToken", "Model", "Refused"]
+
+LIVE = frozenset({"scheduled", "ready", "running", "suspended"})
+FINISHED = frozenset({"done", "failed", "dead", "cancelled"})
+LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
+
+
+class Refused(Exception):
+    """The call must be refused with the named jobcore error class and code."""
+
+    def __init__(self, name: str, code: str) -> None:
+        super().__init__(f"{name} ({code})")
+        self.name = name
+        self.code = code
+
+
+@dataclasses.dataclass(frozen=True)
+class MError:
+    """One error history entry; ``message`` is ``None`` where no rule pins the text."""
+
+    type: str
+    message: str | None
+    at: datetime
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MToken:
+    """A claim token in model terms: (model id, worker, claim number)."""
+
+    seq: int
+    worker: str
+    claim_no: int
+
+
+@dataclasses.dataclass
+class MJob:
+    """One job as the rules say the store must hold it."""
+
+    seq: int
+    name: str
+    queue: str
+    payload: Any
+    priority: int
+    max_attempts: int
+    key: str | None
+    run_at: datetime
+    created_at: datetime
+    state: str
+    attempt: int = 0
+    claim_no: int = 0
+    attempted_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker_id: str | None = None
+    lease_expires_at: datetime | None = None
+    result: Any = None
+    errors: list[MError] = dataclasses.field(default_factory=list)
+
+    def copy(self) -> MJob:
+        return dataclasses.replace(self, errors=list(self.errors))
+
+
+class Model:
+    """The whole store: ``jobs`` by model id, in enqueue order."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, MJob] = {}
+        self._next = 1
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _key_holder(self, name: str, key: str) -> MJob | None:
+        for job in self.jobs.values():
+            if job.name == name and job.key == key and job.state in LIVE:
+                return job
+        return None
+
+    def current(self, token: MToken) -> MJob | None:
+        """The job ``token`` still holds (L01-L03), else ``None``."""
+        job = self.jobs.get(token.seq)
+        if job is None or job.state != "running":
+            return None
+        if job.worker_id != token.worker or job.claim_no != token.claim_no:
+            return None
+        return job
+
+    @staticmethod
+    def _finish(job: MJob, state: str, now: datetime) -> None:
+        job.state = state
+        job.finished_at = now
+        job.worker_id = None
+        job.lease_expires_at = None
+
+    @staticmethod
+    def _lapsed(job: MJob, now: datetime) -> bool:
+        return job.state == "running" and job.lease_expires_at is not None and job.lease_expires_at <= now
+
+    @staticmethod
+    def _order(job: MJob) -> tuple[int, datetime, int]:
+        return (-job.priority, job.run_at, job.seq)
+
+    def _bury(self, job: MJob, dropped: bool, now: datetime) -> None:
+        job.errors.append(MError("LeaseLapsedFinalAttempt", None, now, job.attempt))
+        self._finish(job, "failed" if dropped else "dead", now)
+
+    # -- the verbs -------------------------------------------------------------------
+
+    def enqueue(
+        self, now: datetime, *, name: str, queue: str, payload: Any, priority: int,
+        due: datetime, max_attempts: int, key: str | None,
+    ) -> tuple[int, bool]:
+        """E01/E02: the new (or holding) job's id and whether it was a duplicate."""
+        if key is not None:
+            holder = self._key_holder(name, key)
+            if holder is not None:
+                return holder.seq, True
+        seq = self._next
+        self._next += 1
+        self.jobs[seq] = MJob(
+            seq=seq, name=name, queue=queue, payload=payload, priority=priority,
+            max_attempts=max_attempts, key=key, run_at=due, created_at=now,
+            state="ready" if due <= now else "scheduled",
+        )
+        return seq, False
+
+    def claim(
+        self, now: datetime, *, queues: tuple[str, ...], worker: str, limit: int, lease: timedelta,
+        drop: frozenset[str],
+    ) -> tuple[list[MToken], list[int]]:
+        """C01-C08: tokens handed out, in order, and the ids buried by this claim."""
+        mine = [j for j in self.jobs.values() if j.queue in queues]
+        buried: list[int] = []
+        reclaim: list[MJob] = []
+        for job in mine:
+            if self._lapsed(job, now):
+                if job.attempt >= job.max_attempts:
+                    self._bury(job, job.name in drop, now)
+                    buried.append(job.seq)
+                else:
+                    reclaim.append(job)
+        reclaim.sort(key=self._order)
+        due = sorted(
+            (j for j in mine if j.state in ("ready", "scheduled") and j.run_at <= now), key=self._order
+        )
+        tokens: list[MToken] = []
+        for job in (reclaim + due)[:limit]:
+            if job.state == "running":
+                job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
+            job.state = "running"
+            job.worker_id = worker
+            job.claim_no += 1
+            job.attempt += 1
+            job.attempted_at = now
+            job.lease_expires_at = now + lease
+            tokens.append(MToken(job.seq, worker, job.claim_no))
+        return tokens, buried
+
+    def heartbeat(self, now: datetime, token: MToken, lease: timedelta) -> bool:
+        """L01-L03."""
+        job = self.current(token)
+        if job is None:
+            return False
+        job.lease_expires_at = now + lease
+        return True
+
+    def ack(self, now: datetime, token: MToken, result: Any) -> int | None:
+        """S01, fenced as L02/L03."""
+        job = self.current(token)
+        if job is None:
+            return None
+        job.result = result
+        self._finish(job, "done", now)
+        return job.seq
+
+    def nack(
+        self, now: datetime, token: MToken, *, type_name: str, message: str, retry_at: datetime | None,
+        dead_letter: bool, fail: bool, counts_as_attempt: bool, park: bool,
+    ) -> int | None:
+        """S02-S05, fenced as L02/L03; fail and park together are refused first."""
+        if fail and park:
+            raise Refused("OptionInvalid", "JC_OPTION_INVALID")
+        job = self.current(token)
+        if job is None:
+            return None
+        job.errors.append(MError(type_name, message, now, job.attempt))
+        if not counts_as_attempt:
+            job.attempt -= 1
+        job.worker_id = None
+        job.lease_expires_at = None
+        if fail:
+            self._finish(job, "failed", now)
+        elif park:
+            job.state = "suspended"
+        elif job.attempt >= job.max_attempts:
+            self._finish(job, "dead" if dead_letter else "failed", now)
+        else:
+            job.state = "scheduled"
+            job.run_at = now if retry_at is None else retry_at
+        return job.seq
+
+    def cancel(self, now: datetime, seq: int | None, reason: str | None) -> int | None:
+        """O01."""
+        job = self.jobs.get(seq) if seq is not None else None
+        if job is None or job.state not in LIVE:
+            return None
+        job.errors.append(MError("Cancelled", reason, now, job.attempt))
+        self._finish(job, "cancelled", now)
+        return job.seq
+
+    def _existing(self, seq: int | None) -> MJob:
+        job = self.jobs.get(seq) if seq is not None else None
+        if job is None:
+            raise Refused("JobNotFound", "JC_JOB_NOT_FOUND")
+        return job
+
+    def requeue(self, now: datetime, seq: int | None) -> int:
+        """O02."""
+        job = self._existing(seq)
+        if job.state not in FINISHED:
+            raise Refused("JobNotRequeueable", "JC_JOB_NOT_REQUEUEABLE")
+        if job.key is not None and self._key_holder(job.name, job.key) is not None:
+            raise Refused("JobDuplicate", "JC_JOB_DUPLICATE")
+        job.state, job.attempt, job.run_at = "ready", 0, now
+        job.finished_at, job.result = None, None
+        return job.seq
+
+    def remove(self, seq: int | None) -> MJob | None:
+        """O03: the job as it was, or ``None`` when unknown."""
+        job = self.jobs.get(seq) if seq is not None else None
+        if job is None:
+            return None
+        if job.state == "running":
+            raise Refused("JobNotRemovable", "JC_JOB_NOT_REMOVABLE")
+        del self.jobs[job.seq]
+        return job
+
+    def promote(self, now: datetime, seq: int | None) -> int:
+        """O04."""
+        job = self._existing(seq)
+        if job.state != "scheduled":
+            raise Refused("JobNotPromotable", "JC_JOB_NOT_PROMOTABLE")
+        job.state, job.run_at = "ready", now
+        return job.seq
+
+    def resume(self, now: datetime, seq: int | None) -> int:
+        """S05: a parked job back to ready, due now."""
+        job = self._existing(seq)
+        if job.state != "suspended":
+            raise Refused("JobNotResumable", "JC_JOB_NOT_RESUMABLE")
+        job.state, job.run_at = "ready", now
+        return job.seq
+
+    def rescue(self, now: datetime) -> tuple[int, list[int]]:
+        """C10: (how many requeued, ids buried)."""
+        requeued, buried = 0, []
+        for job in self.jobs.values():
+            if not self._lapsed(job, now):
+                continue
+            if job.attempt >= job.max_attempts:
+                self._bury(job, False, now)
+                buried.append(job.seq)
+            else:
+                job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
+                job.state, job.worker_id, job.lease_expires_at, job.run_at = "ready", None, None, now
+                requeued += 1
+        return requeued, buried
+
+    # -- reads -----------------------------------------------------------------------
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """O08: non-zero counts per (queue, state)."""
+        out: dict[str, dict[str, int]] = {}
+        for job in self.jobs.values():
+            per_queue = out.setdefault(job.queue, {})
+            per_queue[job.state] = per_queue.get(job.state, 0) + 1
+        return out
+
+    def oldest_due_age(self, now: datetime) -> dict[str, timedelta]:
+        """O08: per queue, the age of the oldest due ready/scheduled job."""
+        oldest: dict[str, datetime] = {}
+        for job in self.jobs.values():
+            if job.state in ("ready", "scheduled") and job.run_at <= now:
+                oldest[job.queue] = min(oldest.get(job.queue, job.run_at), job.run_at)
+        return {queue: now - at for queue, at in oldest.items()}

@@ -1,0 +1,94 @@
+"""Small helpers the parity scenarios share: refusals, claiming, snapshots, finishing jobs.
+
+Everything here uses only the public ``JobDriver`` interface, so it works on every
+driver. Helpers raise ``AssertionError`` with a message of their own (pytest does not
+rewrite asserts outside test modules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from jobcore.driver import JobDriver
+from jobcore.errors import JobcoreError
+from jobcore.records import Claimed, Job, JobFilter
+
+__all__ = [
+    "LEASE",
+    "all_jobs",
+    "claim_one",
+    "finished_job",
+    "refused",
+]
+
+LEASE = timedelta(seconds=30)
+"""The lease scenarios claim with unless they say otherwise."""
+
+
+@contextlib.contextmanager
+def refused(code: str) -> Iterator[pytest.ExceptionInfo[JobcoreError]]:
+    """Expect the block to raise a :class:`JobcoreError` carrying ``code``, a cause and a fix."""
+    with pytest.raises(JobcoreError) as info:
+        yield info
+    err = info.value
+    if err.code != code:
+        raise AssertionError(f"expected {code}, got {err.code}: {err}")
+    if not err.cause or not err.fix:
+        raise AssertionError(f"{err.code} lacks a cause or a fix: {err!r}")
+
+
+def all_jobs(driver: JobDriver, flt: JobFilter | None = None) -> list[Job]:
+    """Every job in the store (newest first), read page by page."""
+    jobs: list[Job] = []
+    page = driver.introspect.list(flt, limit=200)
+    jobs.extend(page.jobs)
+    while page.after is not None:
+        page = driver.introspect.list(flt, limit=200, after=page.after)
+        jobs.extend(page.jobs)
+    return jobs
+
+
+def claim_one(
+    driver: JobDriver, queue: str = "default", *, worker: str = "w1", lease: Any = LEASE
+) -> Claimed:
+    """Claim exactly one job from ``queue``; fail when the claim answers none or several."""
+    result = driver.claim([queue], worker_id=worker, limit=1, lease=lease)
+    if len(result.claimed) != 1:
+        raise AssertionError(f"expected one claimed job from {queue!r}, got {len(result.claimed)}")
+    return result.claimed[0]
+
+
+def finished_job(driver: JobDriver, state: str, name: str = "job", **enqueue: Any) -> Job:
+    """Enqueue a job and drive it to the finished ``state`` (done, failed, dead, cancelled).
+
+    The job waits in queue ``finishing`` unless ``queue=`` says otherwise, with top
+    priority unless ``priority=`` says otherwise.
+    """
+    queue = enqueue.pop("queue", "finishing")
+    # top priority, so the claim that finishes it takes it before a scenario's other jobs
+    enqueue.setdefault("priority", 2**31 - 1)
+    if state == "dead":
+        enqueue.setdefault("max_attempts", 1)
+    job = driver.enqueue(name, enqueue.pop("payload", None), queue=queue, **enqueue)
+    if state == "cancelled":
+        answer = driver.introspect.cancel(job.id, "test")
+    else:
+        claimed = claim_one(driver, queue)
+        if claimed.job.id != job.id:
+            raise AssertionError(f"queue {queue!r} handed out job {claimed.job.id}, not {job.id}")
+        if state == "done":
+            answer = driver.ack(claimed.token, None)
+        elif state == "failed":
+            answer = driver.nack(claimed.token, "boom", fail=True)
+        elif state == "dead":
+            answer = driver.nack(claimed.token, "boom")
+        else:
+            raise ValueError(f"not a finished state: {state}")
+    if answer is None or answer.state != state:
+        raise AssertionError(f"could not drive job {job.id} to {state}: {answer!r}")
+    return answer

@@ -1,0 +1,167 @@
+"""Parity scenarios for rules K01-K03: fleet-wide counted slots with expiry (driver.leases)."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from jobcore.parity._support import refused
+
+from jobcore.clock import ManualClock
+from jobcore.driver import JobDriver
+
+TTL = timedelta(seconds=10)
+
+# --- K01 ------------------------------------------------------------------------------
+
+
+def test_K01_acquire_up_to_limit(driver: JobDriver) -> None:
+    """acquire succeeds while fewer than limit unexpired slots exist for the key."""
+    leases = driver.leases
+    assert leases.acquire("api", 2, "h1", TTL) is True
+    assert leases.acquire("api", 2, "h2", TTL) is True
+    assert leases.acquire("api", 2, "h3", TTL) is False
+    assert leases.acquire("other", 1, "h3", TTL) is True
+
+
+def test_K01_expired_slot_does_not_count(driver: JobDriver, clock: ManualClock) -> None:
+    """Once a slot's ttl has passed (now >= expiry), another holder may take its place."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    clock.advance(TTL - timedelta(milliseconds=1))
+    assert leases.acquire("api", 1, "h2", TTL) is False
+    clock.advance(milliseconds=1)
+    assert leases.acquire("api", 1, "h2", TTL) is True
+    assert leases.acquire("api", 1, "h1", TTL) is False
+
+
+def test_K01_holder_reacquiring_is_idempotent(driver: JobDriver, clock: ManualClock) -> None:
+    """A holder acquiring its own unexpired slot again keeps one slot and moves its expiry."""
+    leases = driver.leases
+    assert leases.acquire("api", 2, "h1", TTL) is True
+    clock.advance(seconds=8)
+    assert leases.acquire("api", 2, "h1", TTL) is True
+    assert leases.acquire("api", 2, "h2", TTL) is True
+    clock.advance(seconds=8)  # 16 s after the first acquire: h1's slot lives on from its second acquire
+    assert leases.acquire("api", 2, "h3", TTL) is False
+
+
+def test_K01_limit_read_per_call(driver: JobDriver) -> None:
+    """The limit is the caller's: a larger limit lets more holders in, a smaller one lets none."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    assert leases.acquire("api", 1, "h2", TTL) is False
+    assert leases.acquire("api", 3, "h2", TTL) is True
+    assert leases.acquire("api", 2, "h3", TTL) is False
+
+
+@pytest.mark.parametrize(
+    ("limit", "ttl"),
+    [(0, TTL), (-1, TTL), (True, TTL), (1.0, TTL), ("1", TTL), (1, 0), (1, -1), (1, math.nan), (1, math.inf),
+     (1, True), (1, timedelta(0)), (1, "10")],
+    ids=["limit0", "limit_neg", "limit_bool", "limit_float", "limit_str", "ttl0", "ttl_neg", "ttl_nan", "ttl_inf",
+         "ttl_bool", "ttl_zero_delta", "ttl_str"],
+)
+def test_K01_bad_limit_or_ttl_refused(driver: JobDriver, limit: Any, ttl: Any) -> None:
+    """limit must be an int >= 1 and ttl a positive finite duration; a refusal takes no slot."""
+    with refused("JC_OPTION_INVALID"):
+        driver.leases.acquire("api", limit, "h1", ttl)
+    assert driver.leases.acquire("api", 1, "h2", TTL) is True
+
+
+@pytest.mark.parametrize(("key", "holder"), [("", "h"), ("k", ""), (None, "h"), ("k", 5), ("k\x00", "h")])
+def test_K01_bad_key_or_holder_refused(driver: JobDriver, key: Any, holder: Any) -> None:
+    """Keys and holders are names: non-empty text without NUL."""
+    with refused("JC_OPTION_INVALID"):
+        driver.leases.acquire(key, 1, holder, TTL)
+
+
+# --- K02 ------------------------------------------------------------------------------
+
+
+def test_K02_renew_extends_a_held_slot(driver: JobDriver, clock: ManualClock) -> None:
+    """renew moves the holder's slot to now + ttl while it is unexpired."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    clock.advance(seconds=9)
+    assert leases.renew("api", "h1", TTL) is True
+    clock.advance(seconds=9)
+    assert leases.acquire("api", 1, "h2", TTL) is False
+    clock.advance(seconds=1)
+    assert leases.acquire("api", 1, "h2", TTL) is True
+
+
+def test_K02_expired_slot_cannot_be_renewed(driver: JobDriver, clock: ManualClock) -> None:
+    """renew answers False once the slot expired, even if nobody took it."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    clock.advance(TTL)
+    assert leases.renew("api", "h1", TTL) is False
+    assert leases.acquire("api", 1, "h2", TTL) is True
+
+
+def test_K02_lost_slot_never_renewed(driver: JobDriver, clock: ManualClock) -> None:
+    """A holder whose slot expired and was taken gets False and does not steal it back."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    clock.advance(seconds=11)
+    assert leases.acquire("api", 1, "h2", TTL) is True
+    assert leases.renew("api", "h1", TTL) is False
+    assert leases.acquire("api", 1, "h3", TTL) is False
+    assert leases.renew("api", "h2", TTL) is True
+
+
+def test_K02_never_held_is_false(driver: JobDriver) -> None:
+    """renew of a slot never held, or of another key, answers False and takes nothing."""
+    leases = driver.leases
+    assert leases.renew("api", "h1", TTL) is False
+    assert leases.acquire("api", 1, "h2", TTL) is True
+    assert leases.renew("other", "h2", TTL) is False
+    assert leases.acquire("other", 1, "h3", TTL) is True
+
+
+def test_K02_bad_ttl_refused(driver: JobDriver, clock: ManualClock) -> None:
+    """renew with a non-positive ttl is refused and the slot keeps its expiry."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    with refused("JC_OPTION_INVALID"):
+        leases.renew("api", "h1", 0)
+    clock.advance(TTL)
+    assert leases.acquire("api", 1, "h2", TTL) is True
+
+
+# --- K03 ------------------------------------------------------------------------------
+
+
+def test_K03_release_frees_the_own_slot(driver: JobDriver) -> None:
+    """release frees the holder's slot for someone else and answers True; a second release False."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    assert leases.release("api", "h1") is True
+    assert leases.release("api", "h1") is False
+    assert leases.renew("api", "h1", TTL) is False
+    assert leases.acquire("api", 1, "h2", TTL) is True
+
+
+def test_K03_release_never_frees_another_holders_slot(driver: JobDriver) -> None:
+    """release by a holder without a slot answers False and frees nothing."""
+    leases = driver.leases
+    assert leases.acquire("api", 1, "h1", TTL) is True
+    assert leases.release("api", "h2") is False
+    assert leases.release("other", "h1") is False
+    assert leases.acquire("api", 1, "h2", TTL) is False
+    assert leases.renew("api", "h1", TTL) is True
+
+
+def test_K03_release_one_of_several(driver: JobDriver) -> None:
+    """With several holders, release frees exactly one slot."""
+    leases = driver.leases
+    for holder in ("h1", "h2", "h3"):
+        assert leases.acquire("api", 3, holder, TTL) is True
+    assert leases.release("api", "h2") is True
+    assert leases.acquire("api", 3, "h4", TTL) is True
+    assert leases.acquire("api", 3, "h5", TTL) is False
+    assert leases.renew("api", "h1", TTL) is True
+    assert leases.renew("api", "h3", TTL) is True

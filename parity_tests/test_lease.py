@@ -1,0 +1,250 @@
+"""Parity scenarios for rules L01-L04: heartbeats, and tokens that no longer match."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+from jobcore.parity._support import LEASE, claim_one, refused
+
+from jobcore import validate as v
+from jobcore.clock import ManualClock
+from jobcore.driver import JobDriver
+from jobcore.records import JobState
+
+# --- L01 ------------------------------------------------------------------------------
+
+
+def test_L01_heartbeat_moves_the_lease(driver: JobDriver, clock: ManualClock) -> None:
+    """A current token's heartbeat sets lease_expires_at to now + lease and answers True."""
+    job = driver.enqueue("a")
+    claimed = claim_one(driver, lease=10)
+    clock.advance(seconds=4)
+    assert driver.heartbeat(claimed.token, timedelta(seconds=30)) is True
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.lease_expires_at == clock.now() + timedelta(seconds=30)
+    assert (got.state, got.worker_id, got.claim_no, got.attempt) == (JobState.RUNNING, "w1", 1, 1)
+
+
+def test_L01_heartbeat_may_shorten_the_lease(driver: JobDriver, clock: ManualClock) -> None:
+    """The new expiry is now + lease even when that is sooner than before."""
+    job = driver.enqueue("a")
+    token = claim_one(driver, lease=600).token
+    assert driver.heartbeat(token, 1.5) is True
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.lease_expires_at == clock.now() + timedelta(milliseconds=1500)
+
+
+def test_L01_heartbeats_keep_the_job_from_reclaim(driver: JobDriver, clock: ManualClock) -> None:
+    """A holder heartbeating within its lease keeps the job far past the first lease."""
+    driver.enqueue("a")
+    token = claim_one(driver, lease=10).token
+    for _ in range(5):
+        clock.advance(seconds=8)
+        assert driver.heartbeat(token, 10) is True
+    assert driver.claim(["default"], worker_id="w2", lease=LEASE).claimed == ()
+    done = driver.ack(token, 1)
+    assert done is not None
+    assert done.attempt == 1
+    assert done.errors == ()
+
+
+def test_L01_late_heartbeat_before_reclaim_lands(driver: JobDriver, clock: ManualClock) -> None:
+    """A heartbeat after the lease lapsed but before any reclaim still lands."""
+    job = driver.enqueue("a")
+    token = claim_one(driver, lease=10).token
+    clock.advance(seconds=15)
+    assert driver.heartbeat(token, 10) is True
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.lease_expires_at == clock.now() + timedelta(seconds=10)
+    result = driver.claim(["default"], worker_id="w2", lease=LEASE)
+    assert (result.claimed, result.buried) == ((), ())
+    assert driver.introspect.rescue().requeued == 0
+    done = driver.ack(token, "mine")
+    assert done is not None
+    assert (done.state, done.result, done.errors) == (JobState.DONE, "mine", ())
+
+
+def test_L01_late_heartbeat_saves_a_final_attempt(driver: JobDriver, clock: ManualClock) -> None:
+    """A late heartbeat on the final attempt, before any claim looked, prevents burial."""
+    driver.enqueue("a", max_attempts=1)
+    token = claim_one(driver, lease=10).token
+    clock.advance(seconds=30)
+    assert driver.heartbeat(token, 10) is True
+    assert driver.claim(["default"], worker_id="w2", lease=LEASE).buried == ()
+
+
+def test_L01_only_the_exact_token_is_current(driver: JobDriver) -> None:
+    """Another worker id or another claim_no with the same job id does not match."""
+    job = driver.enqueue("a")
+    token = claim_one(driver, lease=10).token
+    before = driver.introspect.get(job.id)
+    for forged in (
+        attrs.evolve(token, worker_id="w2"),
+        attrs.evolve(token, claim_no=token.claim_no + 1),
+        attrs.evolve(token, claim_no=token.claim_no - 1),
+    ):
+        assert driver.heartbeat(forged, 60) is False
+        assert driver.ack(forged, "x") is None
+        assert driver.nack(forged, "x") is None
+    assert driver.introspect.get(job.id) == before
+
+
+# --- L02 ------------------------------------------------------------------------------
+
+
+def test_L02_superseded_token_changes_nothing(driver: JobDriver, clock: ManualClock) -> None:
+    """After a reclaim, the old token gets False/None and the job is untouched."""
+    job = driver.enqueue("a", max_attempts=5)
+    old = claim_one(driver, worker="w1", lease=10).token
+    clock.advance(seconds=10)
+    new = claim_one(driver, worker="w2", lease=60).token
+    snapshot = driver.introspect.get(job.id)
+    assert driver.heartbeat(old, 600) is False
+    assert driver.ack(old, "stale") is None
+    assert driver.nack(old, ValueError("stale")) is None
+    assert driver.nack(old, "stale", fail=True) is None
+    assert driver.nack(old, "stale", park=True) is None
+    assert driver.ack_many([(old, "stale")]) == [None]
+    assert driver.introspect.get(job.id) == snapshot
+    assert driver.heartbeat(new, 60) is True
+
+
+def test_L02_new_holders_result_counts(driver: JobDriver, clock: ManualClock) -> None:
+    """The new holder's ack lands; the old holder's later ack does not overwrite it."""
+    job = driver.enqueue("a")
+    old = claim_one(driver, worker="w1", lease=10).token
+    clock.advance(seconds=11)
+    new = claim_one(driver, worker="w2").token
+    done = driver.ack(new, {"by": "w2"})
+    assert done is not None
+    assert driver.ack(old, {"by": "w1"}) is None
+    assert driver.nack(old, "w1 failed") is None
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert (got.state, got.result) == (JobState.DONE, {"by": "w2"})
+    assert got == done
+
+
+def test_L02_same_worker_reclaiming_gets_a_new_token(driver: JobDriver, clock: ManualClock) -> None:
+    """Even the same worker id reclaiming its own lapsed job invalidates its older token."""
+    driver.enqueue("a")
+    old = claim_one(driver, worker="w1", lease=10).token
+    clock.advance(seconds=10)
+    new = claim_one(driver, worker="w1").token
+    assert new != old
+    assert driver.ack(old) is None
+    assert driver.ack(new) is not None
+
+
+# --- L03 ------------------------------------------------------------------------------
+
+
+def _assert_token_dead(driver: JobDriver, token: Any, job_id: str) -> None:
+    before = driver.introspect.get(job_id)
+    assert driver.heartbeat(token, 60) is False
+    assert driver.ack(token, "late") is None
+    assert driver.nack(token, "late") is None
+    assert driver.ack_many([(token, "late")]) == [None]
+    assert driver.introspect.get(job_id) == before
+
+
+def test_L03_cancelled_job_token_is_dead(driver: JobDriver) -> None:
+    """A token of a job cancelled under its worker answers False/None."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    assert driver.introspect.cancel(job.id, "stop") is not None
+    _assert_token_dead(driver, token, job.id)
+
+
+def test_L03_removed_job_token_is_dead(driver: JobDriver) -> None:
+    """A token of a job that was cancelled and then removed answers False/None."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    driver.introspect.cancel(job.id)
+    assert driver.introspect.remove(job.id) is not None
+    _assert_token_dead(driver, token, job.id)
+    assert driver.introspect.get(job.id) is None
+
+
+@pytest.mark.parametrize("how", ["ack", "nack_dead", "nack_failed", "nack_retry", "nack_park"])
+def test_L03_settled_job_token_is_dead(driver: JobDriver, how: str) -> None:
+    """Once a token settled its job (finished, retried or parked), it settles nothing more."""
+    job = driver.enqueue("a", max_attempts=1 if how == "nack_dead" else 3)
+    token = claim_one(driver).token
+    answer = {
+        "ack": lambda: driver.ack(token, 1),
+        "nack_dead": lambda: driver.nack(token, "x"),
+        "nack_failed": lambda: driver.nack(token, "x", fail=True),
+        "nack_retry": lambda: driver.nack(token, "x"),
+        "nack_park": lambda: driver.nack(token, "x", park=True),
+    }[how]()
+    assert answer is not None
+    _assert_token_dead(driver, token, job.id)
+
+
+def test_L03_requeued_job_old_token_is_dead(driver: JobDriver) -> None:
+    """A token from before a requeue never matches the requeued job's new claim."""
+    job = driver.enqueue("a")
+    old = claim_one(driver).token
+    driver.ack(old)
+    driver.introspect.requeue(job.id)
+    new = claim_one(driver).token
+    assert new.claim_no == old.claim_no + 1
+    _assert_token_dead(driver, old, job.id)
+    assert driver.ack(new) is not None
+
+
+def test_L03_token_for_unknown_job(driver: JobDriver) -> None:
+    """A token naming a job id the store never had answers False/None."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    driver.ack(token)
+    driver.introspect.remove(job.id)
+    assert driver.heartbeat(token, 60) is False
+    assert driver.ack(token) is None
+    assert driver.nack(token, "x") is None
+
+
+# --- L04 ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [0, -5, math.nan, math.inf, -math.inf, True, "10", None, timedelta(0), timedelta(seconds=-1),
+     v.MAX_LEASE + timedelta(seconds=1)],
+    ids=["zero", "negative", "nan", "inf", "neg_inf", "bool", "str", "none", "zero_delta", "negative_delta",
+         "over_max"],
+)
+def test_L04_bad_heartbeat_lease_refused(driver: JobDriver, lease: Any) -> None:
+    """A non-finite or non-positive lease is refused and the lease stays as it was."""
+    job = driver.enqueue("a")
+    token = claim_one(driver, lease=10).token
+    before = driver.introspect.get(job.id)
+    with refused("JC_OPTION_INVALID"):
+        driver.heartbeat(token, lease)
+    assert driver.introspect.get(job.id) == before
+
+
+def test_L04_refused_even_for_a_stale_token(driver: JobDriver, clock: ManualClock) -> None:
+    """The lease is checked before the token: a bad lease is refused, never answered False."""
+    driver.enqueue("a")
+    token = claim_one(driver, lease=10).token
+    driver.ack(token)
+    with refused("JC_OPTION_INVALID"):
+        driver.heartbeat(token, -1)
+
+
+@pytest.mark.parametrize("token", [None, "1", ("1", "w", 1)], ids=["none", "str", "tuple"])
+def test_L04_non_token_refused(driver: JobDriver, token: Any) -> None:
+    """Something that is not a ClaimToken is refused, not answered False."""
+    driver.enqueue("a")
+    claim_one(driver)
+    with refused("JC_OPTION_INVALID"):
+        driver.heartbeat(token, 10)

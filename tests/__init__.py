@@ -1,0 +1,1 @@
+"""jobcore's own tests: the driver-private and runtime tests beside the parity suite."""

@@ -1,0 +1,1 @@
+"""Driver-private tests of the MongoDB driver (what the parity suite cannot see)."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL driver's private tests (schema, transactions, notify, faults, SQL shape)."""

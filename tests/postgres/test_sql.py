@@ -1,0 +1,127 @@
+"""The shape of the SQL: named constants, no ``select *``, the claim on its partial index, round trips."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from jobcore.drivers.postgres import PostgresDriver, _sql, make_pool
+from jobcore.drivers.postgres._rows import epoch_ms
+from jobcore.parity.plugin import START
+from psycopg import sql
+
+from fixtures import postgres as fx
+from jobcore.clock import ManualClock
+
+SOURCE = Path(__file__).resolve().parents[2] / "drivers" / "postgres"
+
+
+def _code_without_comments(path: Path) -> str:
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    return " ".join(t.string for t in tokens if t.type != tokenize.COMMENT)
+
+
+def test_no_select_star_or_returning_star_in_the_driver() -> None:
+    """No statement reads or returns whole rows: every column is named."""
+    files = sorted(SOURCE.glob("*.py"))
+    assert files
+    for path in files:
+        text = _code_without_comments(path).lower()
+        assert not re.search(r"\bselect\s+(distinct\s+)?\*", text), path.name
+        assert not re.search(r"\breturning\s+\*", text), path.name
+        assert not re.search(r"\b[a-z_]+\.\*", text.replace("import *", "")), path.name
+
+
+def test_sql_never_reads_the_server_clock() -> None:
+    """Time comes from the driver clock as a parameter: no now()/current_timestamp in statements."""
+    for name in _sql._NAMES:
+        text = getattr(_sql, name).lower()
+        for word in ("now()", "current_timestamp", "clock_timestamp", "localtimestamp"):
+            assert word not in text, name
+
+
+def test_driver_executes_only_named_statements() -> None:
+    """The driver modules pass statements from ``self.q`` / ``q`` (rendered constants), never literals."""
+    for path in sorted(SOURCE.glob("*.py")):
+        if path.name in ("_sql.py", "_schema.py", "_notify.py"):
+            continue
+        text = path.read_text()
+        for match in re.finditer(r"(?<!def )(?:_fetch|execute)\(\s*([^,)\s]+)", text):
+            target = match.group(1)
+            assert target.startswith(("self.q.", "self._d.q.", "q.", "query", '""')), (path.name, target)
+
+
+def _claim_params(now: Any) -> dict[str, Any]:
+    return {
+        "queues": ["default"], "worker": "w", "limit": 10, "now": now, "now_ms": epoch_ms(now),
+        "expires": now + timedelta(seconds=30), "drop": [],
+    }
+
+
+def test_claim_reads_the_partial_indexes(driver: Any, pool: Any) -> None:
+    """EXPLAIN of the claim with many finished rows: due rows come from jobs_due, lapsed from jobs_running."""
+    with pool.connection() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,"
+                " finished_at, claim_no, errors) SELECT 'old', 'default', 'null', 'done', 0, 1, 20, %(t)s, %(t)s,"
+                " %(t)s, 1, '[]' FROM generate_series(1, 20000)"
+            ).format(sql.Identifier(driver.schema, "jobs")),
+            {"t": START},
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(driver.schema, "jobs")))
+    driver.enqueue_many([{"name": "new"} for _ in range(20)])
+    with pool.connection() as conn:
+        plan = "\n".join(
+            r[0] for r in conn.execute(b"EXPLAIN " + driver.q.CLAIM, _claim_params(START)).fetchall()
+        )
+    assert "jobs_due" in plan, plan
+    assert "jobs_running" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+class CountingCursor(psycopg.Cursor[Any]):
+    """Counts statements sent (one execute = one round trip)."""
+
+    sent: list[bytes] = []
+
+    def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+        CountingCursor.sent.append(query if isinstance(query, bytes) else str(query).encode())
+        return super().execute(query, params, **kw)
+
+
+def test_statements_per_operation(pg_url: str, pool: Any) -> None:
+    """One statement per claim batch, per ack_many batch, per enqueue_many batch, per nack, per heartbeat."""
+    schema = fx.schema_name()
+    counted = make_pool(pg_url, min_size=1, max_size=2, cursor_factory=CountingCursor)
+    driver = PostgresDriver(counted, schema=schema, clock=ManualClock(START))
+    try:
+        driver.migrate()
+        driver.introspect.get("1")  # first use checks the schema version once
+        sent = CountingCursor.sent
+        sent.clear()
+        driver.enqueue_many([{"name": "a", "payload": i} for i in range(50)])
+        assert len(sent) == 1
+        sent.clear()
+        result = driver.claim(["default"], worker_id="w", limit=50, lease=30)
+        assert len(result.claimed) == 50
+        assert len(sent) == 1
+        sent.clear()
+        assert driver.heartbeat(result.claimed[0].token, 30)
+        assert len(sent) == 1
+        sent.clear()
+        answers = driver.ack_many([(c.token, {"i": c.job.payload}) for c in result.claimed[1:]])
+        assert all(a is not None for a in answers)
+        assert len(sent) == 1
+        sent.clear()
+        assert driver.nack(result.claimed[0].token, "boom") is not None
+        assert len(sent) == 1
+    finally:
+        driver.close()
+        counted.close()
+        fx.drop_schema(pool, schema)

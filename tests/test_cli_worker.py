@@ -1,0 +1,108 @@
+"""``jobcore worker`` and ``jobcore demo`` from the command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jobcore.cli import main
+from jobcore.drivers.memory import MemoryDriver
+from jobcore.records import JobState
+from jobcore.registry import default_registry
+
+JOBS = textwrap.dedent(
+    """
+    from jobcore import job
+
+    @job(name="cli.hello", queue="cli")
+    def hello(payload):
+        if payload == "stop":
+            raise SystemExit(0)  # a shutdown signal from a handler stops the worker
+        return f"hello {payload}"
+    """
+)
+
+
+@pytest.fixture
+def jobs_file(tmp_path: Path) -> Path:
+    path = tmp_path / "cli_jobs.py"
+    path.write_text(JOBS)
+    yield path
+    default_registry.remove("cli.hello")
+    sys.modules.pop("cli_jobs", None)
+
+
+def test_worker_command_runs_the_jobs_a_module_declares(jobs_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command imports the module, claims its queue, logs with job id and name, and returns 0 when stopped."""
+    driver = MemoryDriver()
+    codes: list[int] = []
+    runner = threading.Thread(
+        target=lambda: codes.append(main(["worker", str(jobs_file), "--poll-interval", "0.05"], driver=driver)),
+    )
+    runner.start()
+    first = driver.enqueue("cli.hello", "ada", queue="cli")
+    deadline = time.monotonic() + 5
+    while driver.introspect.get(first.id).state is not JobState.DONE:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    driver.enqueue("cli.hello", "stop", queue="cli")
+    runner.join(5)
+    assert codes == [0]
+    assert driver.introspect.get(first.id).result == "hello ada"  # type: ignore[union-attr]
+    err = capsys.readouterr().err
+    assert f"[job {first.id} cli.hello] job {first.id} (cli.hello) completed" in err
+
+
+def test_worker_command_drains_on_sigterm(jobs_file: Path) -> None:
+    """A SIGTERM makes the worker process drain and exit 0."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobcore.cli", "worker", str(jobs_file), "--url", "memory://", "--poll-interval", "0.1"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.stderr is not None
+    try:
+        line = proc.stderr.readline()
+        assert "started on cli" in line, line
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        rest = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    assert "SIGTERM received: draining" in rest
+    assert "stopped (drained)" in rest
+
+
+def test_worker_command_refuses_a_missing_module_or_url(
+    tmp_path: Path, jobs_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module that cannot be imported or declares no job exits 5; no URL at all exits 2."""
+    monkeypatch.delenv("JOBCORE_URL", raising=False)
+    assert main(["worker", str(jobs_file)]) == 2
+    assert "JC_URL_INVALID" in capsys.readouterr().err
+    assert main(["worker", "no_such_module_here", "--url", "memory://"]) == 5
+    assert "JC_CONFIGURATION" in capsys.readouterr().err
+    empty = tmp_path / "empty_jobs.py"
+    empty.write_text("")
+    assert main(["worker", str(empty), "--url", "memory://"]) == 5
+    assert "declares no jobs" in capsys.readouterr().err
+
+
+def test_demo_runs_to_completion_and_checks_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """A small demo run on the memory driver finishes, prints the table, and passes its own checks."""
+    assert main(["demo", "--jobs", "200", "--workers", "2", "--seconds", "30", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "dead-letter queue instead of looping" in out
+    assert "killed with 4 uploads in flight" in out
+    assert "never reclaimed" in out
+    assert "checks: no job lost" in out
+    assert "done" in out

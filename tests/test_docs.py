@@ -1,0 +1,46 @@
+"""The generated documentation pages match the code they are generated from.
+
+``docs/errors.md`` and the generated blocks of ``docs/cli.md`` come from
+``tools/gen_docs.py``; when an error class, an exit status or a command's options
+change, these tests fail until the generator is rerun. (The site itself is built,
+failing on broken links, by ``tox -e docs``.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from jobcore import errors
+from tools import gen_docs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_error_code_table_matches_the_error_classes() -> None:
+    """docs/errors.md is exactly what the generator makes from jobcore.errors."""
+    assert gen_docs.ERRORS_PAGE.read_text(encoding="utf-8") == gen_docs.errors_page()
+
+
+def test_error_code_table_has_one_row_per_code_with_its_fix() -> None:
+    """Every class's code appears once, with its default fix when it has its own."""
+    page = gen_docs.errors_page()
+    for cls in errors.all_error_classes():
+        assert page.count(f"`{cls.code}` |") == 1, cls.code
+        if cls.default_fix != errors.JobcoreError.default_fix:
+            assert gen_docs._cell(cls.default_fix) in page
+
+
+def test_cli_reference_blocks_match_the_parser_and_exit_codes() -> None:
+    """docs/cli.md's exit-status table and command help are what the generator makes now."""
+    current = gen_docs.CLI_PAGE.read_text(encoding="utf-8")
+    assert gen_docs.cli_page(current) == current
+
+
+def test_generator_check_mode_reports_current_pages() -> None:
+    """`python tools/gen_docs.py --check` (what a contributor runs) agrees and exits 0."""
+    done = subprocess.run(
+        [sys.executable, "tools/gen_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
