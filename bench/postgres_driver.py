@@ -28,13 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fixtures/ is not installed: find it from here
 
-import psycopg  # noqa: E402 - after the path tweak that finds fixtures/
-from psycopg import sql  # noqa: E402
+import psycopg
+from jobcore.drivers.postgres import PostgresDriver, make_pool
+from psycopg import sql
 
-from fixtures.postgres import LocalServer, find_binaries  # noqa: E402
-from jobcore.drivers.postgres import PostgresDriver, make_pool  # noqa: E402
+from fixtures.postgres import LocalServer, find_binaries
 
 SCHEMA_PREFIX = "jc_bench"
 
@@ -140,21 +140,27 @@ def statements(url: str) -> None:
     _drop(url, driver.schema)
 
 
-def _claim_cost(driver: PostgresDriver, rounds: int) -> float:
-    samples = []
+def _one_claim(driver: PostgresDriver) -> float:
+    started = time.perf_counter()
+    claimed = driver.claim(["default"], worker_id="cost", limit=10, lease=60).claimed
+    driver.ack_many([(c.token, None) for c in claimed])
+    assert len(claimed) == 10
+    return time.perf_counter() - started
+
+
+def _claim_costs(drivers: list[PostgresDriver], rounds: int) -> list[float]:
+    """Median claim cost per driver, measured alternately so load drift hits both alike."""
+    samples: list[list[float]] = [[] for _ in drivers]
     for _ in range(rounds):
-        started = time.perf_counter()
-        claimed = driver.claim(["default"], worker_id="cost", limit=10, lease=60).claimed
-        driver.ack_many([(c.token, None) for c in claimed])
-        samples.append(time.perf_counter() - started)
-        assert len(claimed) == 10
-    return statistics.median(samples)
+        for index, driver in enumerate(drivers):
+            samples[index].append(_one_claim(driver))
+    return [statistics.median(s) for s in samples]
 
 
 def claim_cost(pool: Any, url: str, quick: bool) -> None:
     finished = 100_000 if quick else 1_000_000
     rounds = 300
-    print(f"\n== claim cost: claim(limit=10) + ack_many, median of {rounds} rounds ==")
+    print(f"\n== claim cost: claim(limit=10) + ack_many, median of {rounds} alternating rounds ==")
     empty = _fresh(pool, url, "cost_empty")
     full = _fresh(pool, url, "cost_full")
     started = time.perf_counter()
@@ -172,9 +178,8 @@ def claim_cost(pool: Any, url: str, quick: bool) -> None:
     print(f"  inserted {finished:,} finished rows in {time.perf_counter() - started:.1f}s")
     for driver in (empty, full):
         _fill(driver, rounds * 10 + 1000)
-        _claim_cost(driver, 20)  # warm the plan cache and the buffers
-    cost_empty = _claim_cost(empty, rounds)
-    cost_full = _claim_cost(full, rounds)
+    _claim_costs([empty, full], 20)  # warm the plan cache and the buffers
+    cost_empty, cost_full = _claim_costs([empty, full], rounds)
     print(f"  empty table:               {cost_empty * 1000:.2f} ms")
     print(f"  {finished:>9,} finished rows: {cost_full * 1000:.2f} ms")
     ratio = cost_full / cost_empty
@@ -187,6 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("JOBCORE_BENCH_POSTGRES_URL"))
     parser.add_argument("--quick", action="store_true", help="smaller runs (100k finished rows)")
+    parser.add_argument("--only", choices=["throughput", "statements", "cost"], help="run one part")
     args = parser.parse_args()
     server = None
     url = args.url
@@ -203,9 +209,12 @@ def main() -> None:
         print(f"PostgreSQL {version[0] if version else '?'} at {url}; psycopg {psycopg.__version__}")
         pool = make_pool(url, min_size=4, max_size=8)
         try:
-            throughput(pool, url, args.quick)
-            statements(url)
-            claim_cost(pool, url, args.quick)
+            if args.only in (None, "throughput"):
+                throughput(pool, url, args.quick)
+            if args.only in (None, "statements"):
+                statements(url)
+            if args.only in (None, "cost"):
+                claim_cost(pool, url, args.quick)
         finally:
             pool.close()
     finally:

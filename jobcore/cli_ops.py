@@ -93,8 +93,18 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
+def _out(text: str) -> None:
+    """One line (or block) on stdout. A reader that went away (``jobcore ls | head``) ends output quietly."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so later writes and the interpreter's final flush stay quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _print_json(data: object) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    _out(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 # -- text shape ------------------------------------------------------------------------
@@ -308,7 +318,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         _print_json(data)
         return 0
     if not data["queues"]:
-        print("no jobs")
+        _out("no jobs")
         return 0
     headers = ["QUEUE", *(s.value.upper() for s in _STATE_ORDER), "OLDEST DUE"]
     rows = []
@@ -319,8 +329,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             "-" if age is None else _age(timedelta(seconds=age)),
         ])
     rows.append(["(all)", *(str(data["totals"][s.value]) for s in _STATE_ORDER), ""])
-    print(_table(headers, rows))
-    print(f"dead: {data['dead']}" + ("  (see `jobcore dead`)" if data["dead"] else ""))
+    _out(_table(headers, rows))
+    _out(f"dead: {data['dead']}" + ("  (see `jobcore dead`)" if data["dead"] else ""))
     return 0
 
 
@@ -331,11 +341,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"jobs": [job_to_dict(j) for j in page.jobs], "after": page.after, "before": page.before})
         return 0
-    print(_jobs_table(page.jobs) if page.jobs else "no jobs match")
+    _out(_jobs_table(page.jobs) if page.jobs else "no jobs match")
     if page.after is not None:
-        print(f"older: --after {page.after}")
+        _out(f"older: --after {page.after}")
     if page.before is not None:
-        print(f"newer: --before {page.before}")
+        _out(f"newer: --before {page.before}")
     return 0
 
 
@@ -348,7 +358,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(job_to_dict(job))
     else:
-        print(_show_text(job, now))
+        _out(_show_text(job, now))
     return 0
 
 
@@ -358,7 +368,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"jobs": [job_to_dict(j) for j in jobs]})
     else:
-        print(_jobs_table(jobs, finished=True) if jobs else "no dead jobs")
+        _out(_jobs_table(jobs, finished=True) if jobs else "no dead jobs")
     return 0
 
 
@@ -368,9 +378,9 @@ def _cmd_rescue(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"requeued": result.requeued, "buried": [job_to_dict(j) for j in result.buried]})
         return 0
-    print(f"requeued {result.requeued} job(s) whose lease lapsed; buried {len(result.buried)}")
+    _out(f"requeued {result.requeued} job(s) whose lease lapsed; buried {len(result.buried)}")
     for job in result.buried:
-        print(f"  buried {job.id} ({job.name}, queue {job.queue}) -> {job.state.value}")
+        _out(f"  buried {job.id} ({job.name}, queue {job.queue}) -> {job.state.value}")
     return 0
 
 
@@ -381,7 +391,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"migrated": True})
     else:
-        print(f"schema of {target} is up to date")
+        _out(f"schema of {target} is up to date")
     return 0
 
 
@@ -462,7 +472,7 @@ def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace
         _print_json({"verb": verb, "affected": total, "remaining": result.remaining, "calls": calls})
     else:
         more = " (run again, or pass --all)" if result.remaining and not args.all else ""
-        print(f"{_PAST[verb]} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
+        _out(f"{_PAST[verb]} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
     return 0
 
 
@@ -482,7 +492,7 @@ def _verb_handler(verb: str) -> Callable[[argparse.Namespace], int]:
             if args.json:
                 _print_json(job_to_dict(job))
             else:
-                print(f"{_PAST[verb]} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
+                _out(f"{_PAST[verb]} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
             return 0
         if flt is None:
             selector = "a job id" if verb == "resume" else "a job id or at least one filter (--state/--queue/--name)"

@@ -90,7 +90,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--url", default=os.environ.get("JOBCORE_URL"), help="driver URL (default: $JOBCORE_URL)")
     parser.add_argument("--queues", default=None, help="comma-separated queues (default: those the jobs declare)")
     parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
-    parser.add_argument("--lease", type=float, default=30.0, help="lease in seconds, renewed every lease/3 (default 30)")
+    parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
     parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")

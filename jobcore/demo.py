@@ -13,6 +13,7 @@ allowed it, or had an ending reported twice.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import random
@@ -90,6 +91,7 @@ class Demo:
         self.registry = self._declare()
         self.ids: set[str] = set()
         self.expected: Counter[str] = Counter()
+        self.baseline: Counter[str] = Counter()
 
     # -- the jobs ----------------------------------------------------------------------
 
@@ -116,7 +118,7 @@ class Demo:
             if ctx.attempt <= payload["fails"]:
                 raise ConnectionError(f"upstream timed out (attempt {ctx.attempt})")
             if payload.get("show") and len(times) > 1:
-                waits = ", ".join(f"{b - a:.2f}s" for a, b in zip(times, times[1:], strict=False))
+                waits = ", ".join(f"{b - a:.2f}s" for a, b in itertools.pairwise(times))
                 self.screen.event(
                     f"  retry   job {ctx.job.id} (demo.fetch) succeeded on attempt {ctx.attempt} "
                     f"after backing off {waits}"
@@ -245,6 +247,7 @@ class Demo:
             [UPLOADS], concurrency=4, lease=LEASE, driver=self.driver, registry=self.registry, poll_interval=0.05,
             worker_id="worker-crashy", on_settled=self._on_settled, rescue_interval=None, drain_timeout=2,
         ).start()
+        self.baseline = self._snapshot()  # a database may hold jobs of earlier demo runs
         self._enqueue()
         self._hand_uploads_to(crasher)
         crash = threading.Thread(target=self._crash, args=(crasher, 0.7), daemon=True)
@@ -261,19 +264,19 @@ class Demo:
             for worker in fleet:
                 worker.start()
             crash.start()
-            finished_in_time = self._watch(fleet + [crasher], started, seconds)
+            finished_in_time = self._watch([*fleet, crasher], started, seconds)
             for worker in fleet:
                 worker.stop(5)
         crash.join(5)
         elapsed = time.monotonic() - started
         out.end()
-        return self._summary(fleet + [crasher], elapsed, finished_in_time)
+        return self._summary([*fleet, crasher], elapsed, finished_in_time)
 
     def _watch(self, workers: list[Worker], started: float, seconds: float) -> bool:
         total = len(self.ids)
         while True:
             counts = self._snapshot()
-            finished = sum(counts[s.value] for s in FINISHED_STATES)
+            finished = sum(counts[s.value] - self.baseline[s.value] for s in FINISHED_STATES)
             elapsed = time.monotonic() - started
             retried = sum(w.counts["retried"] for w in workers)
             width = 30
@@ -282,7 +285,7 @@ class Demo:
             self.screen.bar(
                 f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished  "
                 f"running {counts['running']:3d}  waiting {counts['ready'] + counts['scheduled']:5d}  "
-                f"retries {retried:3d}  dead {counts['dead']}  {rate:6.0f} jobs/s  {elapsed:4.1f}s",
+                f"retries {retried:3d}  dead {counts['dead'] - self.baseline['dead']}  {rate:6.0f} jobs/s  {elapsed:4.1f}s",
                 force=finished >= total,
             )
             if finished >= total and counts["running"] == 0 and not (counts["ready"] or counts["scheduled"]):

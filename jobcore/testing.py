@@ -31,10 +31,10 @@ from typing import Any
 
 from jobcore.clock import ManualClock, SystemClock, to_millis
 from jobcore.current import use_job_driver
-from jobcore.drivers.memory import MemoryDriver
+from jobcore.driver import JobDriver
 from jobcore.errors import JobNotRegistered
 from jobcore.records import Job, JobState
-from jobcore.registry import JobContext, Registry, default_registry, job_logger
+from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
 from jobcore.worker import call_handler, handler_error, logger, retry_policy
 
 __all__ = ["ANY", "JobTester", "job_tester"]
@@ -56,8 +56,11 @@ class JobTester:
     """
 
     def __init__(self, *, start: datetime | None = None, registry: Registry | None = None) -> None:
+        # Imported here: the package maps drivers/ to jobcore.drivers only once installed.
+        from jobcore.drivers.memory import MemoryDriver  # type: ignore[import-not-found]  # noqa: PLC0415
+
         self.clock = ManualClock(to_millis(start if start is not None else SystemClock().now()))
-        self.driver = MemoryDriver(clock=self.clock)
+        self.driver: JobDriver = MemoryDriver(clock=self.clock)
         self.registry = registry if registry is not None else default_registry
         self.errors: list[tuple[Job, BaseException]] = []
 
@@ -96,10 +99,12 @@ class JobTester:
 
     def _run_one(self, job: Job, token: Any) -> tuple[Job, BaseException | None]:
         log = job_logger(logger, job)
+        raised: BaseException
+        handle: JobHandle | None = None
         try:
             handle = self.registry.get(job.name)
         except JobNotRegistered as exc:
-            handle, raised = None, exc
+            raised = exc
         else:
             ctx = JobContext(job, token, log=log)
             try:
@@ -125,7 +130,7 @@ class JobTester:
         """Jobs in the store (every state unless ``state`` says), oldest first."""
         from jobcore.records import JobFilter  # noqa: PLC0415 - only this helper needs it
 
-        flt = JobFilter(name=name, state=state, queue=queue)  # type: ignore[arg-type]
+        flt = JobFilter(name=name, state=state, queue=queue)
         jobs: list[Job] = []
         page = self.driver.introspect.list(flt, limit=200)
         jobs.extend(page.jobs)

@@ -266,6 +266,10 @@ class Worker:
 
     # -- public control --------------------------------------------------------------
 
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += n
+
     @property
     def driver(self) -> JobDriver:
         """The store this worker claims from."""
@@ -405,7 +409,10 @@ class Worker:
             for job in result.buried:
                 self._announce_buried(job)
             for claimed in result.claimed:
-                self._launch(claimed)
+                try:
+                    self._launch(claimed)
+                except Exception:  # W03: one job's trouble never ends the loop; its lease lapses
+                    job_logger(logger, claimed.job).exception("could not start job %s", claimed.job.id)
             if len(result.claimed) < free:
                 self._wake.wait(self.poll_interval)
 
@@ -421,7 +428,7 @@ class Worker:
             self._announce_buried(job)
 
     def _announce_buried(self, job: Job) -> None:
-        self.counts["buried"] += 1
+        self._count("buried", 1)
         job_logger(logger, job).error(
             "job %s (%s) buried %s: its lease lapsed on the final attempt %d of %d (the worker likely crashed)",
             job.id, job.name, job.state, job.attempt, job.max_attempts,
@@ -433,7 +440,7 @@ class Worker:
     def _launch(self, claimed: Claimed) -> None:
         job = claimed.job
         log = job_logger(logger, job)
-        self.counts["claimed"] += 1
+        self._count("claimed", 1)
         try:
             handle: JobHandle | None = self.registry.get(job.name)
         except JobNotRegistered as exc:
@@ -465,7 +472,6 @@ class Worker:
 
     def _take_slot(self, attempt: _Attempt, handle: JobHandle) -> bool:
         """Take the job's fleet concurrency slot; when full, give the attempt back for later."""
-        assert handle.concurrency is not None or handle.concurrency_slot(attempt.job.payload) is None
         try:
             key = handle.concurrency_slot(attempt.job.payload)
         except Exception as exc:
@@ -485,7 +491,7 @@ class Worker:
             attempt.slot_key, attempt.slot_holder = key, holder
             return True
         delay = timedelta(seconds=CONCURRENCY_RETRY * self._rng.uniform(0.5, 1.5))
-        self.counts["deferred"] += 1
+        self._count("deferred", 1)
         attempt.log.debug("job %s deferred: %s is at its limit of %d", attempt.job.id, key, handle.concurrency)
         error = _error_type("ConcurrencyLimited")(f"{key} already runs {handle.concurrency} at once")
         self._queue_nack(
@@ -600,12 +606,18 @@ class Worker:
                     return
                 if attempt.status == "running" and attempt.deadline is not None:
                     if now >= attempt.deadline:
-                        self._time_out(attempt)
+                        try:
+                            self._time_out(attempt)
+                        except Exception:
+                            attempt.log.exception("timing out job %s failed", attempt.job.id)
                     else:
                         next_wake = min(next_wake, attempt.deadline)
                 if attempt.status in ("running", "finishing", "timed_out"):
                     if now >= attempt.next_beat:
-                        self._beat(attempt)
+                        try:
+                            self._beat(attempt)
+                        except Exception:  # a bug here must not stop every other heartbeat
+                            attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
                         attempt.next_beat = time.monotonic() + self.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
             self._keeper_wake.wait(max(0.0, next_wake - time.monotonic()))
@@ -649,7 +661,7 @@ class Worker:
                 self._cond.notify_all()
             attempt.status = "lost"
             self._active.pop(attempt.job.id, None)
-        self.counts["lost"] += 1
+        self._count("lost", 1)
         attempt.log.warning(
             "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
             attempt.job.id, attempt.job.name, attempt.job.attempt, reason,
@@ -668,7 +680,7 @@ class Worker:
             attempt.status = "timed_out"
             self._busy -= 1
             self._cond.notify_all()
-        self.counts["timed_out"] += 1
+        self._count("timed_out", 1)
         job = attempt.job
         reason = f"the attempt ran longer than its timeout of {attempt.handle.timeout:g}s"
         self._call_off(attempt, reason, timed_out=True)
@@ -690,16 +702,23 @@ class Worker:
                 except queue_mod.Empty:
                     break
             stop = any(entry is _STOP for entry in batch)
-            self._settle_batch([entry for entry in batch if entry is not _STOP])
+            try:
+                self._settle_batch([entry for entry in batch if entry is not _STOP])
+            except Exception:  # a bug here must not stop settling for good
+                self.log.exception("settling a batch of %d failed; their leases will lapse", len(batch))
             if stop:
                 return
 
     def _settle_batch(self, batch: list[_Settle]) -> None:
         acks: list[_Settle] = []
         nacks: list[_Settle] = []
-        for item in batch:
-            if item.attempt.status in ("lost", "abandoned"):
-                continue
+        with self._lock:
+            # "settling" stops the keeper from heartbeating (and calling off) an attempt whose
+            # settle is on its way: a landed ack makes the next heartbeat answer False.
+            live = [i for i in batch if i.attempt.status in ("finishing", "timed_out")]
+            for item in live:
+                item.attempt.status = "settling"
+        for item in live:
             if item.kind == "ack":
                 try:
                     v.encode_json(item.result, "result")
@@ -716,7 +735,7 @@ class Worker:
             try:
                 answers: list[Job | None] = self.driver.ack_many([(i.attempt.claimed.token, i.result) for i in acks])
             except Exception:
-                self.counts["settle_errors"] += len(acks)
+                self._count("settle_errors", len(acks))
                 for item in acks:
                     item.attempt.log.exception(
                         "could not settle job %s (%s) done; its lease will lapse and it will run again",
@@ -730,7 +749,7 @@ class Worker:
             try:
                 answer = self.driver.nack(item.attempt.claimed.token, item.error or "failed", **item.options)
             except Exception:
-                self.counts["settle_errors"] += 1
+                self._count("settle_errors", 1)
                 item.attempt.log.exception(
                     "could not record the failure of job %s (%s); its lease will lapse and it will run again",
                     item.attempt.job.id, item.attempt.job.name,
@@ -761,7 +780,7 @@ class Worker:
         self._forget(attempt)
         job = attempt.job
         if answer is None:
-            self.counts["not_landed"] += 1
+            self._count("not_landed", 1)
             attempt.log.warning(
                 "settle of job %s (%s) did not land: its lease was lost (reclaimed, cancelled or removed)",
                 job.id, job.name,
@@ -777,13 +796,13 @@ class Worker:
         else:
             outcome = None
             if answer.state is JobState.SCHEDULED:
-                self.counts["retried"] += 1
+                self._count("retried", 1)
                 attempt.log.info(
                     "job %s (%s) will retry at %s (attempt %d of %d failed)", job.id, job.name,
                     answer.run_at.isoformat(), answer.attempt, answer.max_attempts,
                 )
         if outcome is not None:
-            self.counts[outcome] += 1
+            self._count(outcome)
             level = logging.INFO if outcome == "completed" else logging.ERROR
             attempt.log.log(level, "job %s (%s) %s", job.id, job.name, outcome.replace("_", " "))
             self._fire(answer, outcome)
@@ -818,7 +837,7 @@ class Worker:
                 self._busy -= 1
                 self._active.pop(attempt.job.id, None)
         for attempt in abandoned:
-            self.counts["abandoned"] += 1
+            self._count("abandoned", 1)
             attempt.log.warning(
                 "job %s (%s) abandoned after the %gs drain timeout; its lease will lapse for reclaim",
                 attempt.job.id, attempt.job.name, timeout,

@@ -8,7 +8,8 @@ rewrite asserts outside test modules).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = [
     "claim_one",
     "finished_job",
     "refused",
+    "together",
 ]
 
 LEASE = timedelta(seconds=30)
@@ -92,3 +94,31 @@ def finished_job(driver: JobDriver, state: str, name: str = "job", **enqueue: An
     if answer is None or answer.state != state:
         raise AssertionError(f"could not drive job {job.id} to {state}: {answer!r}")
     return answer
+
+
+def together(count: int, action: Callable[[int], Any], timeout: float = 120.0) -> list[Any]:
+    """Run ``action(i)`` for ``i`` in ``range(count)`` on threads released at one instant.
+
+    Answers the results in ``i`` order; re-raises the first exception a thread raised.
+    """
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait(timeout=timeout)
+            results[index] = action(index)
+        except BaseException as exc:  # handed to the scenario below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    if any(thread.is_alive() for thread in threads):
+        raise AssertionError(f"threads still running after {timeout}s")
+    if errors:
+        raise errors[0]
+    return results

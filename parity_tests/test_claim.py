@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from jobcore.parity._support import LEASE, all_jobs, claim_one, finished_job, refused
+from jobcore.parity._support import LEASE, all_jobs, claim_one, finished_job, refused, together
 
 from jobcore import validate as v
 from jobcore.clock import ManualClock
@@ -133,29 +132,16 @@ def test_C03_second_claimer_gets_nothing_while_lease_live(driver: JobDriver, clo
 def test_C03_concurrent_claimers_never_share_a_job(driver: JobDriver) -> None:
     """Threads claiming at once together take every job exactly once."""
     jobs = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(12)])
-    taken: list[str] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
 
-    def worker(name: str) -> None:
-        try:
-            barrier.wait(timeout=30)
-            while True:
-                result = driver.claim(["default"], worker_id=name, limit=2, lease=LEASE)
-                if not result.claimed:
-                    return
-                with lock:
-                    taken.extend(c.job.id for c in result.claimed)
-        except BaseException as exc:
-            errors.append(exc)
+    def drain(index: int) -> list[str]:
+        taken: list[str] = []
+        while True:
+            result = driver.claim(["default"], worker_id=f"w{index}", limit=2, lease=LEASE)
+            if not result.claimed:
+                return taken
+            taken.extend(c.job.id for c in result.claimed)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert errors == []
+    taken = [job_id for ids in together(4, drain) for job_id in ids]
     assert sorted(taken) == sorted(j.id for j in jobs)
 
 
@@ -166,6 +152,20 @@ def test_C03_overlapping_queue_lists_share_nothing(driver: JobDriver) -> None:
     second = driver.claim(["qb", "qa"], worker_id="w2", limit=3, lease=LEASE)
     assert not set(_ids(first)) & set(_ids(second))
     assert sorted(_ids(first) + _ids(second)) == sorted(j.id for j in jobs)
+
+
+def test_C03_concurrent_reclaim_goes_to_one_claimer(driver: JobDriver, clock: ManualClock) -> None:
+    """Claimers racing for one lapsed job: exactly one reclaims it, with one LeaseExpired entry."""
+    job = driver.enqueue("a", max_attempts=5)
+    claim_one(driver, worker="w0", lease=10)
+    clock.advance(seconds=10)
+    results = together(4, lambda i: driver.claim(["default"], worker_id=f"w{i + 1}", limit=2, lease=LEASE))
+    winners = [c for r in results for c in r.claimed]
+    assert [c.job.id for c in winners] == [job.id]
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert (got.attempt, got.claim_no, got.worker_id) == (2, 2, winners[0].token.worker_id)
+    assert [e.type for e in got.errors] == ["LeaseExpired"]
 
 
 # --- C04 ------------------------------------------------------------------------------
@@ -256,10 +256,13 @@ def test_C06_lease_as_seconds_number(driver: JobDriver, clock: ManualClock) -> N
     driver.enqueue("a")
     driver.enqueue("a")
     now = clock.now()
+    driver.enqueue("a")
     first = claim_one(driver, lease=30)
     second = claim_one(driver, lease=0.25)
+    third = claim_one(driver, lease=1.0019)  # sub-millisecond parts are truncated, like every time
     assert first.job.lease_expires_at == now + timedelta(seconds=30)
     assert second.job.lease_expires_at == now + timedelta(milliseconds=250)
+    assert third.job.lease_expires_at == now + timedelta(milliseconds=1001)
 
 
 def test_C06_each_claim_moves_claim_no_and_attempt(driver: JobDriver, clock: ManualClock) -> None:
@@ -478,15 +481,44 @@ def test_C08_heartbeat_keeps_final_attempt_alive(driver: JobDriver, clock: Manua
     assert (done.id, done.state) == (job.id, JobState.DONE)
 
 
+def test_C08_concurrent_claims_bury_once(driver: JobDriver, clock: ManualClock) -> None:
+    """Claims racing over a lapsed final attempt: one of them reports the burial, once."""
+    job = driver.enqueue("crashy", max_attempts=1)
+    claim_one(driver, lease=10)
+    clock.advance(seconds=10)
+    results = together(4, lambda i: driver.claim(["default"], worker_id=f"w{i + 1}", lease=LEASE))
+    buried = [j for r in results for j in r.buried]
+    assert [j.id for j in buried] == [job.id]
+    assert all(r.claimed == () for r in results)
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.state is JobState.DEAD
+    assert [e.type for e in got.errors] == ["LeaseLapsedFinalAttempt"]
+
+
+def test_C08_claim_racing_rescue_buries_once(driver: JobDriver, clock: ManualClock) -> None:
+    """A claim and a rescue racing over a lapsed final attempt bury it once between them."""
+    job = driver.enqueue("crashy", max_attempts=1)
+    claim_one(driver, lease=10)
+    clock.advance(seconds=10)
+    claimed, rescued = together(2, lambda i: (
+        driver.claim(["default"], worker_id="w2", lease=LEASE) if i == 0 else driver.introspect.rescue()
+    ))
+    assert [j.id for j in (*claimed.buried, *rescued.buried)] == [job.id]
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert [e.type for e in got.errors] == ["LeaseLapsedFinalAttempt"]
+
+
 # --- C09 ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "lease",
     [0, -1, 0.0, math.nan, math.inf, -math.inf, True, "30", None, timedelta(0), timedelta(seconds=-1),
-     v.MAX_LEASE + timedelta(milliseconds=1)],
+     v.MAX_LEASE + timedelta(milliseconds=1), 0.0005, timedelta(microseconds=999)],
     ids=["zero", "negative", "zero_float", "nan", "inf", "neg_inf", "bool", "str", "none", "zero_delta",
-         "negative_delta", "over_max"],
+         "negative_delta", "over_max", "half_ms", "under_min_delta"],
 )
 def test_C09_bad_lease_refused(driver: JobDriver, lease: Any) -> None:
     """A lease that is not a positive finite duration is refused; nothing is claimed."""
@@ -591,6 +623,21 @@ def test_C10_rescue_twice_changes_nothing_more(driver: JobDriver, clock: ManualC
     assert (first.requeued, len(first.buried)) == (1, 1)
     assert (second.requeued, second.buried) == (0, ())
     assert all_jobs(driver) == after_first
+
+
+def test_C10_rescue_racing_a_claim_records_one_lost_attempt(driver: JobDriver, clock: ManualClock) -> None:
+    """A rescue and a claim racing over one lapsed job record its lost attempt once."""
+    job = driver.enqueue("a", max_attempts=5)
+    claim_one(driver, lease=10)
+    clock.advance(seconds=10)
+    together(2, lambda i: (
+        driver.claim(["default"], worker_id="w2", lease=LEASE) if i == 0 else driver.introspect.rescue()
+    ))
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert [e.type for e in got.errors] == ["LeaseExpired"]
+    assert got.state in (JobState.READY, JobState.RUNNING)
+    assert got.attempt == (2 if got.state is JobState.RUNNING else 1)
 
 
 def test_C10_rescue_with_nothing_lapsed(driver: JobDriver) -> None:

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from jobcore.parity._support import all_jobs, claim_one, finished_job, refused
+from jobcore.parity._support import all_jobs, claim_one, finished_job, refused, together
 
 from jobcore import validate as v
 from jobcore.clock import ManualClock
@@ -162,6 +162,14 @@ def test_E02_batch_item_duplicates_an_existing_job(driver: JobDriver) -> None:
     assert (jobs[0].duplicate, jobs[0].id, jobs[0].payload) == (True, holder.id, "old")
     assert jobs[1].duplicate is False
     assert len(all_jobs(driver)) == 2
+
+
+def test_E02_concurrent_enqueues_insert_one(driver: JobDriver) -> None:
+    """Enqueues of one name and key racing each other insert one job; the rest answer it."""
+    jobs = together(4, lambda i: driver.enqueue("report", {"n": i}, key="daily"))
+    assert len({j.id for j in jobs}) == 1
+    assert sorted(j.duplicate for j in jobs) == [False, True, True, True]
+    assert len(all_jobs(driver)) == 1
 
 
 def test_E02_parked_and_retrying_holders_still_hold_the_key(driver: JobDriver) -> None:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from jobcore.parity._support import refused
+from jobcore.parity._support import refused, together
 
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
@@ -57,6 +57,12 @@ def test_K01_limit_read_per_call(driver: JobDriver) -> None:
     assert leases.acquire("api", 2, "h3", TTL) is False
 
 
+def test_K01_concurrent_acquires_respect_the_limit(driver: JobDriver) -> None:
+    """Holders racing for a key with limit 2: exactly two get a slot."""
+    answers = together(5, lambda i: driver.leases.acquire("api", 2, f"h{i}", TTL))
+    assert sorted(answers) == [False, False, False, True, True]
+
+
 @pytest.mark.parametrize(
     ("limit", "ttl"),
     [(0, TTL), (-1, TTL), (True, TTL), (1.0, TTL), ("1", TTL), (1, 0), (1, -1), (1, math.nan), (1, math.inf),
@@ -73,9 +79,14 @@ def test_K01_bad_limit_or_ttl_refused(driver: JobDriver, limit: Any, ttl: Any) -
 
 @pytest.mark.parametrize(("key", "holder"), [("", "h"), ("k", ""), (None, "h"), ("k", 5), ("k\x00", "h")])
 def test_K01_bad_key_or_holder_refused(driver: JobDriver, key: Any, holder: Any) -> None:
-    """Keys and holders are names: non-empty text without NUL."""
+    """Keys and holders are names (non-empty text without NUL) in acquire, renew and release."""
     with refused("JC_OPTION_INVALID"):
         driver.leases.acquire(key, 1, holder, TTL)
+    with refused("JC_OPTION_INVALID"):
+        driver.leases.renew(key, holder, TTL)
+    with refused("JC_OPTION_INVALID"):
+        driver.leases.release(key, holder)
+    assert driver.leases.acquire("k", 1, "h", TTL) is True  # the refusals took no slot
 
 
 # --- K02 ------------------------------------------------------------------------------

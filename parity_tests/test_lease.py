@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 import pytest
-from jobcore.parity._support import LEASE, claim_one, refused
+from jobcore.parity._support import LEASE, claim_one, refused, together
 
 from jobcore import validate as v
 from jobcore.clock import ManualClock
@@ -143,6 +143,24 @@ def test_L02_same_worker_reclaiming_gets_a_new_token(driver: JobDriver, clock: M
     assert driver.ack(new) is not None
 
 
+def test_L02_late_ack_racing_a_reclaim_never_both(driver: JobDriver, clock: ManualClock) -> None:
+    """A late ack and a reclaim racing: exactly one lands, and the job shows that one."""
+    job = driver.enqueue("a", max_attempts=5)
+    old = claim_one(driver, worker="w1", lease=10).token
+    clock.advance(seconds=10)
+    acked, claimed = together(2, lambda i: (
+        driver.ack(old, "late") if i == 0 else driver.claim(["default"], worker_id="w2", lease=LEASE)
+    ))
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    if acked is not None:
+        assert claimed.claimed == ()
+        assert (got.state, got.result, got.errors) == (JobState.DONE, "late", ())
+    else:
+        assert [c.job.id for c in claimed.claimed] == [job.id]
+        assert (got.state, got.worker_id, got.result) == (JobState.RUNNING, "w2", None)
+
+
 # --- L03 ------------------------------------------------------------------------------
 
 
@@ -232,7 +250,7 @@ def test_L04_bad_heartbeat_lease_refused(driver: JobDriver, lease: Any) -> None:
     assert driver.introspect.get(job.id) == before
 
 
-def test_L04_refused_even_for_a_stale_token(driver: JobDriver, clock: ManualClock) -> None:
+def test_L04_refused_even_for_a_stale_token(driver: JobDriver) -> None:
     """The lease is checked before the token: a bad lease is refused, never answered False."""
     driver.enqueue("a")
     token = claim_one(driver, lease=10).token
@@ -244,7 +262,9 @@ def test_L04_refused_even_for_a_stale_token(driver: JobDriver, clock: ManualCloc
 @pytest.mark.parametrize("token", [None, "1", ("1", "w", 1)], ids=["none", "str", "tuple"])
 def test_L04_non_token_refused(driver: JobDriver, token: Any) -> None:
     """Something that is not a ClaimToken is refused, not answered False."""
-    driver.enqueue("a")
+    job = driver.enqueue("a")
     claim_one(driver)
+    before = driver.introspect.get(job.id)
     with refused("JC_OPTION_INVALID"):
         driver.heartbeat(token, 10)
+    assert driver.introspect.get(job.id) == before

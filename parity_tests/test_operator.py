@@ -429,17 +429,15 @@ def test_O06_single_row_is_due_now(driver: JobDriver, clock: ManualClock) -> Non
 
 
 def test_O06_explicit_spread_window(driver: JobDriver, clock: ManualClock) -> None:
-    """New due times spread over the window: distinct, from now, inside now + spread."""
+    """New due times spread evenly over the window from now, oldest row first."""
     jobs = [finished_job(driver, "dead") for _ in range(4)]
     clock.advance(seconds=1)
     now = clock.now()
     window = timedelta(seconds=8)
     assert driver.introspect.requeue_many(spread=window) == _bulk(4, 0)
     got = [driver.introspect.get(j.id) for j in jobs]
-    run_ats = sorted(j.run_at for j in got if j is not None)
-    assert len(set(run_ats)) == 4
-    assert run_ats[0] == now
-    assert run_ats[-1] < now + window
+    run_ats = [j.run_at for j in got if j is not None]
+    assert run_ats == [now + timedelta(seconds=s) for s in (0, 2, 4, 6)]  # evenly, oldest row first
     for job in got:
         assert job is not None
         assert job.state is (JobState.READY if job.run_at <= now else JobState.SCHEDULED)
@@ -448,16 +446,14 @@ def test_O06_explicit_spread_window(driver: JobDriver, clock: ManualClock) -> No
 
 
 def test_O06_default_spread_and_zero_spread(driver: JobDriver, clock: ManualClock) -> None:
-    """The default spread still separates due times; spread=0 makes every row due now."""
+    """The default spread is 10 ms a row; spread=0 makes every row due now."""
     spread_jobs = [finished_job(driver, "done", queue="a") for _ in range(3)]
     now_jobs = [finished_job(driver, "done", queue="b") for _ in range(3)]
     now = clock.now()
     assert driver.introspect.requeue_many(JobFilter(queue="a")) == _bulk(3, 0)
     assert driver.introspect.requeue_many(JobFilter(queue="b"), spread=timedelta(0)) == _bulk(3, 0)
-    spread = sorted(j.run_at for j in (driver.introspect.get(x.id) for x in spread_jobs) if j is not None)
-    assert len(set(spread)) == 3
-    assert spread[0] == now
-    assert spread[-1] <= now + timedelta(seconds=30)
+    spread = [j.run_at for j in (driver.introspect.get(x.id) for x in spread_jobs) if j is not None]
+    assert spread == [now + timedelta(milliseconds=ms) for ms in (0, 10, 20)]  # 10 ms a row
     at_once = [driver.introspect.get(j.id) for j in now_jobs]
     assert all(j is not None and (j.state, j.run_at) == (JobState.READY, now) for j in at_once)
 
@@ -521,6 +517,30 @@ def test_O07_inserts_while_paging_never_repeat_or_skip(driver: JobDriver) -> Non
     assert second.before is not None
     newer = driver.introspect.list(limit=3, before=second.before)
     assert all(j.id not in original for j in newer.jobs)
+
+
+def test_O07_requeue_keeps_list_position(driver: JobDriver) -> None:
+    """List order is enqueue order: a requeued or retried job keeps its place."""
+    first = driver.enqueue("a")
+    second = driver.enqueue("b")
+    driver.ack(claim_one(driver).token)
+    driver.introspect.requeue(first.id)
+    third = driver.enqueue("c")
+    assert [j.id for j in driver.introspect.list().jobs] == [third.id, second.id, first.id]
+
+
+def test_O07_cursor_survives_removal_of_its_row(driver: JobDriver) -> None:
+    """A cursor stays valid after the row it was taken at is removed."""
+    ids = [j.id for j in driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(5)])][::-1]
+    first = driver.introspect.list(limit=2)
+    assert first.after is not None
+    driver.introspect.remove(ids[1])
+    after = driver.introspect.list(limit=2, after=first.after)
+    assert [j.id for j in after.jobs] == ids[2:4]
+    assert after.before is not None
+    driver.introspect.remove(ids[2])
+    back = driver.introspect.list(limit=2, before=after.before)
+    assert [j.id for j in back.jobs] == ids[0:1]
 
 
 def test_O07_filters(driver: JobDriver, clock: ManualClock) -> None:
@@ -665,6 +685,8 @@ def test_O08_dead_letters_newest_first(driver: JobDriver, clock: ManualClock) ->
     assert [j.id for j in driver.introspect.dead_letters(limit=1)] == [third.id]
     assert driver.introspect.dead_letters("nowhere") == []
     assert driver.introspect.dead_letters()[0] == driver.introspect.get(third.id)
+    driver.introspect.requeue(second.id)
+    assert [j.id for j in driver.introspect.dead_letters()] == [third.id, first.id]
 
 
 @pytest.mark.parametrize("limit", [0, v.MAX_PAGE + 1, True])

@@ -119,6 +119,20 @@ def test_S02_error_history_accumulates(driver: JobDriver, clock: ManualClock) ->
     assert got.last_error == got.errors[-1]
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_S02_unprintable_exception_recorded_by_type(driver: JobDriver) -> None:
+    """An exception whose str() fails is still recorded, by its type name."""
+    driver.enqueue("a")
+    got = driver.nack(claim_one(driver).token, _Unprintable())
+    assert got is not None
+    assert got.last_error is not None
+    assert (got.last_error.type, got.last_error.message) == ("_Unprintable", "<unprintable _Unprintable>")
+
+
 def test_S02_retry_at_truncated_to_millis_and_utc(driver: JobDriver) -> None:
     """retry_at in another zone, with microseconds, is stored as UTC milliseconds."""
     driver.enqueue("a")

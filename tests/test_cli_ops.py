@@ -1,11 +1,11 @@
 """The operator CLI (``jobcore stats/ls/show/dead/cancel/...``), in-process and as a real subprocess.
 
-In-process tests hand a :class:`MemoryDriver` on a :class:`ManualClock` to
-``jobcore.cli.main(argv, driver=...)`` and check every command's output and exit status.
-Subprocess tests run the installed CLI: against ``memory://`` they can only see an empty
-store and refusals (each process has its own memory store); against every driver that
-declares ``shared_store`` they change real state, reaching the test's isolated store
-through the driver's ``url`` attribute.
+In-process tests hand the parity suite's ``driver`` (every registered driver, on a
+:class:`ManualClock`) to ``jobcore.cli.main(argv, driver=...)`` and check each
+command's output and exit status. Subprocess tests run the installed CLI: against
+``memory://`` they can only see an empty store and refusals (each process has its own
+memory store); against every driver that declares ``shared_store`` they change real
+state, reaching the test's isolated store through the driver's ``url`` attribute.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobcore.drivers.memory import MemoryDriver
 from jobcore.parity.plugin import START
 
 from jobcore import cli, errors
@@ -44,26 +43,14 @@ class _Terminal(io.StringIO):
 
 
 @pytest.fixture
-def mem_clock() -> ManualClock:
-    return ManualClock(START)
-
-
-@pytest.fixture
-def mem(mem_clock: ManualClock) -> Iterator[MemoryDriver]:
-    driver = MemoryDriver(clock=mem_clock)
-    yield driver
-    driver.close()
-
-
-@pytest.fixture
-def run(mem: MemoryDriver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    """``run(*argv, stdin=None)`` -> (status, stdout, stderr), in-process on ``mem``."""
+def run(driver: JobDriver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    """``run(*argv, stdin=None)`` -> (status, stdout, stderr), in-process on this test's ``driver``."""
     monkeypatch.delenv("JOBCORE_URL", raising=False)
 
     def call(*argv: str, stdin: io.StringIO | None = None) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "stdin", stdin if stdin is not None else io.StringIO(""))
         capsys.readouterr()
-        status = cli.main(list(argv), driver=mem)
+        status = cli.main(list(argv), driver=driver)
         out, err = capsys.readouterr()
         return status, out, err
 
@@ -86,14 +73,14 @@ def _dead_job(driver: JobDriver, name: str = "boom", queue: str = "default") -> 
 
 
 def test_stats_reports_counts_per_queue_and_state_oldest_due_age_and_dead(
-    run: Run, mem: MemoryDriver, mem_clock: ManualClock
+    run: Run, driver: JobDriver, clock: ManualClock
 ) -> None:
     """stats --json counts per (queue, state), the oldest due age per queue and the dead total."""
-    mem.enqueue("a", queue="mail")
-    mem.enqueue("a", queue="mail", delay=3600)
-    mem_clock.advance(seconds=90)
-    mem.enqueue("b", queue="default")
-    _dead_job(mem, queue="reports")
+    driver.enqueue("a", queue="mail")
+    driver.enqueue("a", queue="mail", delay=3600)
+    clock.advance(seconds=90)
+    driver.enqueue("b", queue="default")
+    _dead_job(driver, queue="reports")
     status, out, _ = run("stats", "--json")
     assert status == 0
     data = _json(out)
@@ -117,13 +104,13 @@ def test_stats_on_an_empty_store_says_so(run: Run) -> None:
 
 
 def test_ls_filters_by_queue_name_state_id_prefix_and_created_range(
-    run: Run, mem: MemoryDriver, mem_clock: ManualClock
+    run: Run, driver: JobDriver, clock: ManualClock
 ) -> None:
     """Each ls filter narrows the listing as JobFilter does."""
-    a = mem.enqueue("send", queue="mail")
-    b = mem.enqueue("send", queue="mail", delay=60)
-    mem_clock.advance(seconds=10)
-    c = mem.enqueue("report", queue="default")
+    a = driver.enqueue("send", queue="mail")
+    b = driver.enqueue("send", queue="mail", delay=60)
+    clock.advance(seconds=10)
+    c = driver.enqueue("report", queue="default")
     mid = (START + timedelta(seconds=5)).isoformat().replace("+00:00", "Z")
 
     def ids(*argv: str) -> list[str]:
@@ -143,9 +130,9 @@ def test_ls_filters_by_queue_name_state_id_prefix_and_created_range(
     assert ids("--created-to", "2030-01-01T12:00:05") == [b.id, a.id]  # no offset means UTC
 
 
-def test_ls_pages_with_cursors_and_prints_them(run: Run, mem: MemoryDriver) -> None:
+def test_ls_pages_with_cursors_and_prints_them(run: Run, driver: JobDriver) -> None:
     """--limit pages newest first; the printed cursors page older (--after) and back (--before)."""
-    jobs = [mem.enqueue("j", {"i": i}) for i in range(5)]
+    jobs = [driver.enqueue("j", {"i": i}) for i in range(5)]
     newest_first = [j.id for j in reversed(jobs)]
     status, out, _ = run("ls", "--json", "--limit", "2")
     first = _json(out)
@@ -161,9 +148,9 @@ def test_ls_pages_with_cursors_and_prints_them(run: Run, mem: MemoryDriver) -> N
     assert f"newer: --before {second['before']}" in out
 
 
-def test_ls_prints_a_readable_table(run: Run, mem: MemoryDriver) -> None:
+def test_ls_prints_a_readable_table(run: Run, driver: JobDriver) -> None:
     """The default ls output is a header plus one aligned row per job, with the last error."""
-    job_id = _dead_job(mem, name="charge_card")
+    job_id = _dead_job(driver, name="charge_card")
     status, out, _ = run("ls")
     assert status == 0
     header, row = out.splitlines()
@@ -187,14 +174,14 @@ def test_ls_refuses_bad_state_time_and_cursor_with_codes(run: Run) -> None:
     assert (status, "JC_PAGE_INVALID" in err) == (2, True)
 
 
-def test_show_prints_payload_lease_and_error_history(run: Run, mem: MemoryDriver, mem_clock: ManualClock) -> None:
+def test_show_prints_payload_lease_and_error_history(run: Run, driver: JobDriver, clock: ManualClock) -> None:
     """show lists every field, the live lease with its time left, and each error entry."""
-    job = mem.enqueue("sync", {"account": 7}, key="acct-7", max_attempts=3)
-    first = mem.claim(["default"], worker_id="w1", lease=LEASE).claimed[0]
-    mem.nack(first.token, RuntimeError("upstream 503"))
-    mem_clock.advance(seconds=1)
-    mem.claim(["default"], worker_id="w2", lease=LEASE)
-    mem_clock.advance(seconds=10)
+    job = driver.enqueue("sync", {"account": 7}, key="acct-7", max_attempts=3)
+    first = driver.claim(["default"], worker_id="w1", lease=LEASE).claimed[0]
+    driver.nack(first.token, RuntimeError("upstream 503"))
+    clock.advance(seconds=1)
+    driver.claim(["default"], worker_id="w2", lease=LEASE)
+    clock.advance(seconds=10)
     status, out, _ = run("show", job.id)
     assert status == 0
     assert f"job {job.id}" in out
@@ -205,17 +192,17 @@ def test_show_prints_payload_lease_and_error_history(run: Run, mem: MemoryDriver
     assert "held by w2 (claim 2)" in out
     assert "20s left" in out
     assert "RuntimeError: upstream 503" in out
-    mem_clock.advance(seconds=45)
+    clock.advance(seconds=45)
     assert "lapsed 25s ago" in run("show", job.id)[1]
 
 
-def test_show_json_is_job_to_dict(run: Run, mem: MemoryDriver) -> None:
+def test_show_json_is_job_to_dict(run: Run, driver: JobDriver) -> None:
     """show --json prints job_to_dict of the stored job: ISO times, state names, error dicts."""
-    job_id = _dead_job(mem)
+    job_id = _dead_job(driver)
     status, out, _ = run("show", job_id, "--json")
     assert status == 0
     data = _json(out)
-    stored = mem.introspect.get(job_id)
+    stored = driver.introspect.get(job_id)
     assert stored is not None
     assert data == job_to_dict(stored)
     assert data["state"] == "dead"
@@ -234,12 +221,12 @@ def test_show_unknown_id_exits_with_not_found_status(run: Run) -> None:
         assert "\n  fix: " in err
 
 
-def test_dead_lists_the_dead_letter_queue(run: Run, mem: MemoryDriver, mem_clock: ManualClock) -> None:
+def test_dead_lists_the_dead_letter_queue(run: Run, driver: JobDriver, clock: ManualClock) -> None:
     """dead lists dead jobs, most recently finished first, narrowed by --queue and --limit."""
-    first = _dead_job(mem, queue="mail")
-    mem_clock.advance(seconds=5)
-    second = _dead_job(mem, queue="reports")
-    mem.enqueue("alive")
+    first = _dead_job(driver, queue="mail")
+    clock.advance(seconds=5)
+    second = _dead_job(driver, queue="reports")
+    driver.enqueue("alive")
 
     def ids(*argv: str) -> list[str]:
         return [j["id"] for j in _json(run("dead", "--json", *argv)[1])["jobs"]]
@@ -256,9 +243,9 @@ def test_dead_lists_the_dead_letter_queue(run: Run, mem: MemoryDriver, mem_clock
 # -- single-job verbs ------------------------------------------------------------------
 
 
-def test_single_job_verbs_move_the_job(run: Run, mem: MemoryDriver, mem_clock: ManualClock) -> None:
+def test_single_job_verbs_move_the_job(run: Run, driver: JobDriver, clock: ManualClock) -> None:
     """cancel, requeue, promote, resume and remove by id each do their one transition."""
-    job = mem.enqueue("j", delay=600)
+    job = driver.enqueue("j", delay=600)
     status, out, _ = run("promote", job.id)
     assert (status, out) == (0, f"promoted job {job.id} (j, queue default); state ready\n")
     status, out, _ = run("cancel", job.id, "--reason", "bad data", "--json")
@@ -266,13 +253,13 @@ def test_single_job_verbs_move_the_job(run: Run, mem: MemoryDriver, mem_clock: M
     assert _json(out)["state"] == "cancelled"
     assert _json(out)["last_error"]["message"] == "bad data"
     assert _json(run("requeue", job.id, "--json")[1])["state"] == "ready"
-    parked = mem.claim(["default"], worker_id="w", lease=LEASE).claimed[0]
-    mem.nack(parked.token, "waiting for approval", park=True)
+    parked = driver.claim(["default"], worker_id="w", lease=LEASE).claimed[0]
+    driver.nack(parked.token, "waiting for approval", park=True)
     assert run("resume", job.id)[0] == 0
-    assert mem.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
+    assert driver.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
     status, out, _ = run("remove", job.id)
     assert (status, out) == (0, f"removed job {job.id} (j, queue default); state ready\n")
-    assert mem.introspect.get(job.id) is None
+    assert driver.introspect.get(job.id) is None
 
 
 @pytest.mark.parametrize(
@@ -291,44 +278,44 @@ def test_single_job_verbs_move_the_job(run: Run, mem: MemoryDriver, mem_clock: M
     ],
 )
 def test_single_job_refusals_print_code_cause_fix_and_exit_with_the_class_status(
-    run: Run, mem: MemoryDriver, verb: str, setup: str, code: str, status: int
+    run: Run, driver: JobDriver, verb: str, setup: str, code: str, status: int
 ) -> None:
     """A verb the job's state forbids exits 4 (JobStateConflict); an unknown id exits 3 (JobNotFound)."""
     if setup == "dead":
-        job_id = _dead_job(mem)
+        job_id = _dead_job(driver)
     elif setup == "running":
-        job_id = mem.enqueue("j").id
-        mem.claim(["default"], worker_id="w", lease=LEASE)
+        job_id = driver.enqueue("j").id
+        driver.claim(["default"], worker_id="w", lease=LEASE)
     elif setup == "ready":
-        job_id = mem.enqueue("j").id
+        job_id = driver.enqueue("j").id
     else:
         job_id = "424242"
-    before = mem.introspect.get(job_id)
+    before = driver.introspect.get(job_id)
     got, out, err = run(verb, job_id)
     assert (got, out) == (status, "")
     first, fix = err.rstrip("\n").split("\n")
     assert first.startswith(f"error {code}: ")
     assert fix.startswith("  fix: ")
-    assert mem.introspect.get(job_id) == before
+    assert driver.introspect.get(job_id) == before
 
 
-def test_verbs_refuse_an_id_with_bulk_options_and_no_selection_at_all(run: Run, mem: MemoryDriver) -> None:
+def test_verbs_refuse_an_id_with_bulk_options_and_no_selection_at_all(run: Run, driver: JobDriver) -> None:
     """An id together with filters or --all is ambiguous, and no id nor filter selects nothing: both refused."""
-    job = mem.enqueue("j")
+    job = driver.enqueue("j")
     for argv in (("cancel", job.id, "--queue", "default"), ("cancel", job.id, "--all"), ("remove",)):
         status, _, err = run(*argv)
         assert (status, "JC_OPTION_INVALID" in err) == (2, True)
-    assert mem.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
+    assert driver.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
 
 
 # -- bulk verbs ------------------------------------------------------------------------
 
 
-def test_bulk_all_calls_until_nothing_remains_and_shows_progress(run: Run, mem: MemoryDriver) -> None:
+def test_bulk_all_calls_until_nothing_remains_and_shows_progress(run: Run, driver: JobDriver) -> None:
     """--all repeats the bulk verb until remaining == 0, printing progress after each call."""
     for _ in range(5):
-        mem.enqueue("j", queue="mail")
-    keep = mem.enqueue("j", queue="other")
+        driver.enqueue("j", queue="mail")
+    keep = driver.enqueue("j", queue="other")
     status, out, err = run("cancel", "--queue", "mail", "--limit", "2", "--all", "--yes")
     assert status == 0
     assert out == "cancelled 5 job(s) in 3 call(s); 0 remaining\n"
@@ -337,15 +324,15 @@ def test_bulk_all_calls_until_nothing_remains_and_shows_progress(run: Run, mem: 
         "cancel: 4 cancelled so far, 1 remaining",
         "cancel: 5 cancelled so far, 0 remaining",
     ]
-    stats = mem.introspect.stats()
+    stats = driver.introspect.stats()
     assert stats.count("cancelled", "mail") == 5
-    assert mem.introspect.get(keep.id).state is JobState.READY  # type: ignore[union-attr]
+    assert driver.introspect.get(keep.id).state is JobState.READY  # type: ignore[union-attr]
 
 
-def test_bulk_without_all_makes_one_call_and_says_what_remains(run: Run, mem: MemoryDriver) -> None:
+def test_bulk_without_all_makes_one_call_and_says_what_remains(run: Run, driver: JobDriver) -> None:
     """Without --all one call moves at most --limit rows and the rest is reported."""
     for _ in range(5):
-        _dead_job(mem)
+        _dead_job(driver)
     status, out, _ = run("requeue", "--state", "dead", "--limit", "2", "--yes", "--json")
     assert status == 0
     assert _json(out) == {"verb": "requeue", "affected": 2, "remaining": 3, "calls": 1}
@@ -353,48 +340,48 @@ def test_bulk_without_all_makes_one_call_and_says_what_remains(run: Run, mem: Me
     assert out == "requeued 2 job(s) in 1 call(s); 1 remaining (run again, or pass --all)\n"
 
 
-def test_bulk_promote_and_remove_follow_their_guards(run: Run, mem: MemoryDriver) -> None:
+def test_bulk_promote_and_remove_follow_their_guards(run: Run, driver: JobDriver) -> None:
     """Bulk promote moves only scheduled jobs; bulk remove leaves running ones."""
-    mem.enqueue("j", delay=60)
-    mem.enqueue("j", delay=60)
-    running = mem.enqueue("j", priority=5)
-    mem.claim(["default"], worker_id="w", lease=LEASE)
+    driver.enqueue("j", delay=60)
+    driver.enqueue("j", delay=60)
+    running = driver.enqueue("j", priority=5)
+    driver.claim(["default"], worker_id="w", lease=LEASE)
     assert _json(run("promote", "--queue", "default", "--yes", "--json")[1])["affected"] == 2
-    assert mem.introspect.stats().count("ready") == 2
+    assert driver.introspect.stats().count("ready") == 2
     assert _json(run("remove", "--queue", "default", "--all", "--yes", "--json")[1])["remaining"] == 0
-    assert [j.id for j in mem.introspect.list().jobs] == [running.id]
+    assert [j.id for j in driver.introspect.list().jobs] == [running.id]
 
 
-def test_bulk_without_a_terminal_needs_yes(run: Run, mem: MemoryDriver) -> None:
+def test_bulk_without_a_terminal_needs_yes(run: Run, driver: JobDriver) -> None:
     """With stdin not a terminal and no --yes, a bulk verb is refused (status 2) and nothing moves."""
-    mem.enqueue("j")
+    driver.enqueue("j")
     status, out, err = run("cancel", "--state", "ready", "--all")
     assert (status, out) == (2, "")
     assert "JC_OPTION_INVALID" in err
     assert "--yes" in err
-    assert mem.introspect.stats().count("ready") == 1
+    assert driver.introspect.stats().count("ready") == 1
 
 
-def test_bulk_on_a_terminal_asks_and_respects_the_answer(run: Run, mem: MemoryDriver) -> None:
+def test_bulk_on_a_terminal_asks_and_respects_the_answer(run: Run, driver: JobDriver) -> None:
     """On a terminal the operator sees how many match and must answer yes; anything else changes nothing."""
     for _ in range(3):
-        mem.enqueue("j", queue="mail")
+        driver.enqueue("j", queue="mail")
     status, out, err = run("cancel", "--queue", "mail", "--all", stdin=_Terminal("n\n"))
     assert (status, out) == (1, "")
     assert "cancel jobs where queue=mail (3 match now), until none remain? [y/N]" in err
     assert "not confirmed; nothing changed" in err
-    assert mem.introspect.stats().count("ready") == 3
+    assert driver.introspect.stats().count("ready") == 3
     status, _, err = run("cancel", "--name", "j", stdin=_Terminal("\n"))
     assert status == 1
     assert "cancel jobs where name=j, at most 1000? [y/N]" in err  # stats cannot count by name
     status, _, err = run("cancel", "--queue", "mail", "--all", stdin=_Terminal("y\n"))
     assert status == 0
-    assert mem.introspect.stats().count("cancelled") == 3
+    assert driver.introspect.stats().count("cancelled") == 3
 
 
-def test_bulk_refuses_a_bad_limit_before_asking(run: Run, mem: MemoryDriver) -> None:
+def test_bulk_refuses_a_bad_limit_before_asking(run: Run, driver: JobDriver) -> None:
     """--limit outside 1..MAX_BULK_ROWS is refused with its code before any prompt."""
-    mem.enqueue("j")
+    driver.enqueue("j")
     status, _, err = run("cancel", "--state", "ready", "--limit", "0", stdin=_Terminal("y\n"))
     assert (status, "JC_OPTION_INVALID" in err, "[y/N]" in err) == (2, True, False)
 
@@ -402,12 +389,12 @@ def test_bulk_refuses_a_bad_limit_before_asking(run: Run, mem: MemoryDriver) -> 
 # -- rescue, migrate, URL --------------------------------------------------------------
 
 
-def test_rescue_requeues_lapsed_and_buries_final_attempts(run: Run, mem: MemoryDriver, mem_clock: ManualClock) -> None:
+def test_rescue_requeues_lapsed_and_buries_final_attempts(run: Run, driver: JobDriver, clock: ManualClock) -> None:
     """rescue reports how many lapsed jobs went back to ready and which were buried."""
-    mem.enqueue("retryable", max_attempts=3)
-    final = mem.enqueue("last_try", max_attempts=1)
-    mem.claim(["default"], worker_id="w", limit=2, lease=LEASE)
-    mem_clock.advance(seconds=31)
+    driver.enqueue("retryable", max_attempts=3)
+    final = driver.enqueue("last_try", max_attempts=1)
+    driver.claim(["default"], worker_id="w", limit=2, lease=LEASE)
+    clock.advance(seconds=31)
     status, out, _ = run("rescue", "--json")
     assert status == 0
     data = _json(out)
@@ -416,10 +403,10 @@ def test_rescue_requeues_lapsed_and_buries_final_attempts(run: Run, mem: MemoryD
     assert run("rescue")[1] == "requeued 0 job(s) whose lease lapsed; buried 0\n"
 
 
-def test_migrate_calls_the_driver(run: Run, mem: MemoryDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrate_calls_the_driver(run: Run, driver: JobDriver, monkeypatch: pytest.MonkeyPatch) -> None:
     """migrate runs driver.migrate() once and says so."""
     calls: list[int] = []
-    monkeypatch.setattr(mem, "migrate", lambda: calls.append(1))
+    monkeypatch.setattr(driver, "migrate", lambda: calls.append(1))
     assert run("migrate")[:2] == (0, "schema of the given driver is up to date\n")
     assert calls == [1]
 
@@ -433,6 +420,19 @@ def test_without_url_or_env_the_command_is_refused_no_driver(
     assert capsys.readouterr().err.startswith("error JC_NO_DRIVER: no driver URL")
     monkeypatch.setenv("JOBCORE_URL", "memory://")
     assert cli.main(["stats", "--json"]) == 0
+
+
+def test_a_reader_closing_the_pipe_early_ends_the_output_quietly(
+    driver: JobDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`jobcore ls | head` closing stdout early is no error: status 0, no traceback."""
+    driver.enqueue("j")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "w") as closed_pipe:
+        monkeypatch.setattr(sys, "stdout", closed_pipe)
+        assert cli.main(["ls", "--json"], driver=driver) == 0
+        assert cli.main(["stats"], driver=driver) == 0
 
 
 def test_exit_statuses_are_documented_in_the_cli_reference() -> None:

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from jobcore.drivers.memory import MemoryDriver
 
 from jobcore.cli import main
-from jobcore.drivers.memory import MemoryDriver
 from jobcore.records import JobState
 from jobcore.registry import default_registry
 
@@ -82,13 +82,20 @@ def test_worker_command_drains_on_sigterm(jobs_file: Path) -> None:
     assert "stopped (drained)" in rest
 
 
-def test_worker_command_refuses_a_missing_module_or_url(
-    tmp_path: Path, jobs_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_worker_command_refuses_to_run_without_a_url(
+    jobs_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A module that cannot be imported or declares no job exits 5; no URL at all exits 2."""
+    """No --url and no JOBCORE_URL exits 2 with code, cause and fix."""
     monkeypatch.delenv("JOBCORE_URL", raising=False)
     assert main(["worker", str(jobs_file)]) == 2
     assert "JC_URL_INVALID" in capsys.readouterr().err
+
+
+def test_worker_command_refuses_a_missing_or_empty_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module that cannot be imported, or that declares no job, exits 5."""
+    monkeypatch.setattr(default_registry, "_handles", {})  # other test modules registered jobs at import
     assert main(["worker", "no_such_module_here", "--url", "memory://"]) == 5
     assert "JC_CONFIGURATION" in capsys.readouterr().err
     empty = tmp_path / "empty_jobs.py"

@@ -11,13 +11,16 @@ supervisor would. A poison job SIGKILLs whichever worker runs it. At the end:
 * no job was settled by a superseded token: each ``done`` result names the claim that
   acked it, and that is the job's latest claim.
 
-Real time is needed (the workers are other processes), so leases are short (1 s).
-The driver under test must expose ``url``: a URL ``jobcore.connect`` resolves to the
-same isolated store, handed to the worker processes.
+Real time is needed (the workers are other processes), so the store is made on a
+``SystemClock`` and leases are short (1 s). The worker processes reach the test's
+isolated store through a URL: the driver's own ``url`` when it has one, else one
+built from the test server's URL and the store's schema (PostgreSQL) or database
+(MongoDB).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -26,18 +29,58 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
+from fixtures.mongo import server as mongo_server
+from fixtures.postgres import server_url
+from jobcore.clock import SystemClock
 from jobcore.driver import JobDriver
 from jobcore.records import JobFilter, JobSpec, JobState
 
-WORK_JOBS = 2000
+WORK_JOBS = int(os.environ.get("JOBCORE_CRASH_JOBS", "2000"))
 FAILING_JOBS = 20
 WORKERS = 4
 LEASE_SECONDS = 1.0
 DEADLINE_SECONDS = 90.0
+KILL_EVERY = tuple(float(x) for x in os.environ.get("JOBCORE_CRASH_KILL_EVERY", "0.8,1.6").split(","))
+"""Seconds between two kills (uniform): long enough for a replacement to start and work."""
+SLOW_CYCLE = 0.025
+"""A claim+ack cycle slower than this (seconds) marks a slow test server (the pure-Python
+MongoDB-wire one): the run is scaled down so it still ends in about a minute."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    jobs: int
+    lease: float
+    kill_every: tuple[float, float]
+    deadline: float
+    workers: int = WORKERS
+    poll: float = 0.05
+
+
+def plan_for(driver: JobDriver) -> Plan:
+    """Size the run to the store: a few thousand jobs on a real server, fewer on a slow one."""
+    cycles = []
+    for _ in range(5):
+        driver.enqueue("crash.probe", None, queue="crash-probe")
+        started = time.perf_counter()
+        claimed = driver.claim(["crash-probe"], worker_id="probe", lease=30).claimed
+        driver.ack(claimed[0].token)
+        cycles.append(time.perf_counter() - started)
+    cycle = sorted(cycles)[2]
+    if cycle < SLOW_CYCLE:
+        return Plan(WORK_JOBS, LEASE_SECONDS, (KILL_EVERY[0], KILL_EVERY[1]), DEADLINE_SECONDS)
+    # Idle polls and heartbeats are most of a slow server's load: poll less, lease longer.
+    return Plan(
+        jobs=max(60, WORK_JOBS // 20), lease=3 * LEASE_SECONDS, kill_every=(3 * KILL_EVERY[0], 3 * KILL_EVERY[1]),
+        deadline=150.0, workers=3, poll=0.5,
+    )
+
 
 JOBS_MODULE = textwrap.dedent(
     """
@@ -73,8 +116,8 @@ JOBS_MODULE = textwrap.dedent(
 class Fleet:
     """Worker processes over one store, replaced when they die."""
 
-    def __init__(self, url: str, jobs_py: Path, log_dir: Path, env: dict[str, str]) -> None:
-        self.url, self.jobs_py, self.log_dir, self.env = url, jobs_py, log_dir, env
+    def __init__(self, url: str, jobs_py: Path, log_dir: Path, env: dict[str, str], plan: Plan) -> None:
+        self.url, self.jobs_py, self.log_dir, self.env, self.plan = url, jobs_py, log_dir, env, plan
         self.procs: list[subprocess.Popen[bytes]] = []
         self.started = 0
         self.deaths = 0  # exits the test did not cause (the poison job)
@@ -84,7 +127,8 @@ class Fleet:
         log = open(self.log_dir / f"worker-{self.started}.log", "wb")  # noqa: SIM115 - lives as long as the process
         cmd = [
             sys.executable, "-m", "jobcore.cli", "worker", str(self.jobs_py), "--url", self.url,
-            "--queues", "crash", "--concurrency", "4", "--lease", str(LEASE_SECONDS), "--poll-interval", "0.05",
+            "--queues", "crash", "--concurrency", "4", "--lease", str(self.plan.lease),
+            "--poll-interval", str(self.plan.poll),
             "--rescue-interval", "1", "--drain-timeout", "5", "--log-level", "WARNING",
             "--worker-id", f"crash-{self.started}",
         ]
@@ -119,45 +163,70 @@ class Fleet:
                 proc.wait()
 
 
-@pytest.mark.requires("shared_store")
-def test_sigkilled_workers_lose_no_job_and_settle_none_twice(driver: JobDriver, tmp_path: Path) -> None:
+def _with_url_option(url: str, **options: str) -> str:
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in options]
+    return urlunsplit(parts._replace(query=urlencode([*query, *options.items()])))
+
+
+def store_url(driver: JobDriver, config: pytest.Config) -> str | None:
+    """A URL that ``jobcore.connect`` in another process resolves to ``driver``'s isolated store."""
+    own = getattr(driver, "url", None)
+    if isinstance(own, str):
+        return own
+    kind = type(driver).__name__
+    if kind == "PostgresDriver":
+        return _with_url_option(server_url(config), schema=driver.schema)  # type: ignore[attr-defined]
+    if kind == "MongoDriver":
+        database = driver._jobs.database.name  # type: ignore[attr-defined]
+        return urlunsplit(urlsplit(mongo_server(config).url)._replace(path=f"/{database}"))
+    return None
+
+
+def test_sigkilled_workers_lose_no_job_and_settle_none_twice(
+    driver_factory: Callable[..., JobDriver], tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
     """A few thousand jobs, workers SIGKILLed at random: every job finishes exactly once, fenced."""
-    url = getattr(driver, "url", None)
-    if not isinstance(url, str):
-        pytest.skip("the driver does not expose `url` for other processes to reach its store")
+    driver = driver_factory(SystemClock())  # the worker processes live in real time
+    if "shared_store" not in driver.capabilities:
+        pytest.skip("driver lacks capability shared_store")
+    url = store_url(driver, pytestconfig)
+    if url is None:
+        pytest.skip("no URL reaches this driver's store from another process")
     jobs_py = tmp_path / "crash_jobs.py"
     jobs_py.write_text(JOBS_MODULE)
     executions_log = tmp_path / "executions.log"
     executions_log.touch()
     env = {**os.environ, "CRASH_LOG": str(executions_log), "PYTHONPATH": os.pathsep.join(sys.path)}
 
-    specs = [JobSpec(name="crash.work", queue="crash", payload={"n": n}, max_attempts=25) for n in range(WORK_JOBS)]
+    plan = plan_for(driver)
+    specs = [JobSpec(name="crash.work", queue="crash", payload={"n": n}, max_attempts=25) for n in range(plan.jobs)]
     specs += [JobSpec(name="crash.always_fails", queue="crash", payload={"n": n}, max_attempts=3)
               for n in range(FAILING_JOBS)]
-    specs.insert(WORK_JOBS // 4, JobSpec(name="crash.poison", queue="crash", payload={}, max_attempts=3))
+    specs.insert(plan.jobs // 4, JobSpec(name="crash.poison", queue="crash", payload={}, max_attempts=3))
     enqueued = driver.enqueue_many(specs)
     ids = {job.id for job in enqueued}
     assert len(ids) == len(specs)
 
     rng = random.Random(int(os.environ.get("JOBCORE_CRASH_SEED", "5")))
-    fleet = Fleet(url, jobs_py, tmp_path, env)
+    fleet = Fleet(url, jobs_py, tmp_path, env, plan)
     kills = 0
     started = time.monotonic()
     try:
-        for _ in range(WORKERS):
+        for _ in range(plan.workers):
             fleet.spawn()
-        next_kill = time.monotonic() + rng.uniform(0.3, 0.8)
+        next_kill = time.monotonic() + rng.uniform(*plan.kill_every)
         while True:
             stats = driver.introspect.stats()
             live = sum(stats.count(state, "crash") for state in ("ready", "scheduled", "running", "suspended"))
             if live == 0:
                 break
-            assert time.monotonic() - started < DEADLINE_SECONDS, f"{live} jobs still live after {DEADLINE_SECONDS}s"
+            assert time.monotonic() - started < plan.deadline, f"{live} jobs still live after {plan.deadline}s"
             fleet.replace_dead()
             if time.monotonic() >= next_kill:
                 fleet.kill_one(rng)
                 kills += 1
-                next_kill = time.monotonic() + rng.uniform(0.3, 0.8)
+                next_kill = time.monotonic() + rng.uniform(*plan.kill_every)
             time.sleep(0.05)
     finally:
         fleet.stop()
@@ -175,7 +244,7 @@ def test_sigkilled_workers_lose_no_job_and_settle_none_twice(driver: JobDriver, 
     assert set(by_id) == ids, "a job was lost or appeared from nowhere"
     outcomes = Counter((job.name, str(job.state)) for job in jobs)
     assert outcomes == {
-        ("crash.work", "done"): WORK_JOBS,
+        ("crash.work", "done"): plan.jobs,
         ("crash.always_fails", "dead"): FAILING_JOBS,
         ("crash.poison", "dead"): 1,
     }, outcomes
@@ -197,7 +266,8 @@ def test_sigkilled_workers_lose_no_job_and_settle_none_twice(driver: JobDriver, 
 
     reruns = sum(n - 1 for n in executions.values() if n > 1)
     print(  # the figures the issue asks for; visible with -s
-        f"\ncrash test: {len(jobs)} jobs, {kills} SIGKILLs by the test, {fleet.deaths} deaths by the poison job, "
+        f"\ncrash test: {len(jobs)} jobs (lease {plan.lease:g}s), {kills} SIGKILLs by the test, "
+        f"{fleet.deaths} deaths by the poison job, "
         f"{fleet.started} worker processes, {sum(executions.values())} executions ({reruns} re-runs after a kill), "
         f"outcomes {dict(outcomes)}, {elapsed:.1f}s"
     )

@@ -8,11 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobcore.drivers.memory import MemoryDriver
 
 from jobcore import Backoff, Registry, job, use_job_driver
 from jobcore import validate as v
 from jobcore.clock import ManualClock
-from jobcore.drivers.memory import MemoryDriver
 from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid
 from jobcore.records import Job, JobState
 from jobcore.registry import JobContext, default_registry
@@ -59,10 +59,12 @@ def test_job_registers_plain_and_async_handlers_with_their_options() -> None:
     async def mail(payload: Any, ctx: JobContext) -> None: ...
 
     assert plain.name.endswith("test_job_registers_plain_and_async_handlers_with_their_options.<locals>.plain")
-    assert not plain.is_async and not plain.wants_ctx
+    assert not plain.is_async
+    assert not plain.wants_ctx
     assert registry.get("mail") is mail
     assert (mail.queue, mail.max_attempts, mail.terminal, mail.timeout) == ("emails", 3, (KeyError,), 5.0)
-    assert mail.is_async and mail.wants_ctx
+    assert mail.is_async
+    assert mail.wants_ctx
     assert mail.concurrency_slot({"to": "ada"}) == "jobcore:job:mail:ada"
     assert plain.concurrency_slot(None) is None
     assert registry.drop_exhausted() == {"mail"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobcore import Backoff, job
+from jobcore import Backoff, Registry, job
 from jobcore.testing import job_tester, job_tester_fixture  # noqa: F401 - the fixture, for pytest
 
 # --- the application under test --------------------------------------------------------
@@ -103,8 +103,6 @@ def test_assert_enqueued_explains_what_it_found() -> None:
 
 def test_run_due_stops_a_job_that_keeps_enqueueing_itself() -> None:
     """A job re-enqueueing itself with no delay is stopped at max_jobs instead of looping forever."""
-    from jobcore.registry import Registry
-
     registry = Registry()
 
     @registry.job(name="forever")

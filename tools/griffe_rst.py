@@ -35,7 +35,12 @@ def _lookup(loader: griffe.GriffeLoader, path: str) -> str | None:
         found = loader.modules_collection[path]
     except (KeyError, ValueError, griffe.AliasResolutionError, griffe.CyclicAliasError):
         return None
-    return found.target_path if isinstance(found, griffe.Alias) else found.path
+    if isinstance(found, griffe.Alias):
+        return found.target_path
+    if found.is_attribute and found.docstring is None and found.parent is not None:
+        # Rendered only in its class's "Attributes:" table, which has no anchor per row.
+        return found.parent.path
+    return found.path
 
 
 def _resolve(loader: griffe.GriffeLoader, obj: griffe.Object, name: str) -> str | None:

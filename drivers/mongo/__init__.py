@@ -28,6 +28,16 @@ match, and the server moves on to the next candidate (or answers ``None``).
    first claimer's write makes the document ``running``; the second claimer's filter
    no longer matches it and it takes the next one.
 
+Retried writes never break a rule. On a replica set pymongo retries a single-document
+write (``find_one_and_update``, ``update_one``, inserts, unordered bulk writes) once
+after a network error, and the server recognises the retry by its session and
+transaction number and answers the first outcome without applying it again: a claim
+is never applied twice, a retried ack answers the settled job. Multi-document writes
+(``update_many`` in ``rescue`` and the bulk verbs) are not retried, and re-running
+them is harmless because each document's filter carries the guard. A standalone
+server retries nothing: a lost reply surfaces as ``JC_DB_UNAVAILABLE``, and a claim
+that landed unseen simply lapses and is reclaimed (C07).
+
 Enqueue order is an int64 sequence per store, kept in a counter document moved by one
 ``$inc`` of the batch size (one round trip per batch); it is the job id and the list
 cursor. Payloads and results are stored as canonical JSON text (see ``_docs``).
@@ -290,7 +300,9 @@ class MongoDriver:
                 doc = docs[position]
                 answers[fresh[position]] = self._lost_race(doc, session)
         for index, earlier in repeats:
-            answers[index] = attrs.evolve(answers[earlier], duplicate=True)  # type: ignore[misc]
+            first_job = answers[earlier]
+            assert first_job is not None  # filled above: inserted, or answered as a duplicate
+            answers[index] = attrs.evolve(first_job, duplicate=True)
         return [job for job in answers if job is not None]
 
     def _insert(self, docs: list[Doc], session: ClientSession | None) -> list[int]:
@@ -300,13 +312,13 @@ class MongoDriver:
                 self._jobs.insert_one(docs[0], session=session)
             else:
                 self._jobs.insert_many(docs, ordered=False, session=session)
-        except pe.DuplicateKeyError:
-            if session is not None:
+        except pe.DuplicateKeyError as exc:
+            if session is not None or not d.key_clash(exc.details or {}):
                 raise
             return [0]
         except pe.BulkWriteError as exc:
             errors = exc.details.get("writeErrors", [])
-            if session is not None or any(e.get("code") != 11000 for e in errors):
+            if session is not None or not all(d.key_clash(e) for e in errors):
                 raise
             return [e["index"] for e in errors]
         return []
@@ -334,22 +346,26 @@ class MongoDriver:
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
         self._ensure()
         now = self._now()
-        buried = self._bury({"queue": {"$in": list(names)}}, drop, now)
-        take = _take_stages(worker, now, to_millis(now + span))
-        lapsed = {
-            "state": RUNNING, "queue": {"$in": list(names)}, "lease_expires_at": {"$lte": now},
-            "$expr": {"$lt": ["$attempt", "$max_attempts"]},
-        }
-        reclaim = [d.append_error(LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now), *take]
+        expires = to_millis(now + span)
         claimed: list[Claimed] = []
+        buried: list[Job] = []
+        # Steps 1 and 2 in one pass over lapsed leases, in claim order: each write buries
+        # or reclaims the job it matched, deciding from that job's own attempt count.
+        settle = _lapsed_stages(worker, now, expires, drop)
+        lapsed = d.lapsed_query(names, now, final=None)
         while len(claimed) < size:
             doc = self._jobs.find_one_and_update(
-                lapsed, reclaim, sort=d.CLAIM_ORDER, return_document=ReturnDocument.AFTER,
+                lapsed, settle, sort=d.CLAIM_ORDER, return_document=ReturnDocument.AFTER,
             )
             if doc is None:
                 break
-            claimed.append(_claimed(doc))
-        due = {"queue": {"$in": list(names)}, "state": {"$in": [READY, SCHEDULED]}, "run_at": {"$lte": now}}
+            if doc["state"] == RUNNING:
+                claimed.append(_claimed(doc))
+            else:
+                buried.append(d.to_job(doc))
+        if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
+            buried += self._bury(names, drop, now)
+        due, take = d.due_query(names, now), _take_stages(worker, now, expires)
         while len(claimed) < size:
             doc = self._jobs.find_one_and_update(
                 due, take, sort=d.CLAIM_ORDER, hint=d.CLAIM_INDEX, return_document=ReturnDocument.AFTER,
@@ -359,18 +375,10 @@ class MongoDriver:
             claimed.append(_claimed(doc))
         return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
-    def _bury(self, scope: Doc, drop: frozenset[str], now: datetime) -> list[Job]:
-        """Settle every lapsed final-attempt job in ``scope``, one fenced write each (C08)."""
-        query = {
-            "state": RUNNING, **scope, "lease_expires_at": {"$lte": now},
-            "$expr": {"$gte": ["$attempt", "$max_attempts"]},
-        }
-        text = {"$concat": [
-            "lease lapsed on the final attempt (", {"$toString": "$attempt"}, " of ",
-            {"$toString": "$max_attempts"}, "); the worker likely crashed",
-        ]}
-        state = {"$cond": [{"$in": ["$name", {"$literal": sorted(drop)}]}, "failed", "dead"]}
-        update = [d.append_error(LEASE_LAPSED_FINAL, text, now), *d.finish_stages(state, now)]
+    def _bury(self, queues: Sequence[str] | None, drop: frozenset[str], now: datetime) -> list[Job]:
+        """Settle every lapsed final-attempt job in ``queues`` (all when None), one fenced write each (C08)."""
+        query = d.lapsed_query(queues, now, final=True)
+        update = [d.append_error(LEASE_LAPSED_FINAL, _BURIAL_TEXT, now), *d.finish_stages(_burial_state(drop), now)]
         buried: list[Job] = []
         while True:
             doc = self._jobs.find_one_and_update(
@@ -412,6 +420,8 @@ class MongoDriver:
             return [None if doc is None else d.to_job(doc)]
         # A batch: one bulk write, each update fenced on its own token and stamped with its
         # own mark, then one read of the marks tells which landed (two round trips in all).
+        # The read shows each job as it stands after the batch; only a job removed in the
+        # instant between the two would answer None although its ack landed.
         batch = uuid.uuid4().hex
         ops: list[UpdateOne] = []
         marks: list[str | None] = []
@@ -492,6 +502,47 @@ class MongoDriver:
 
     def __repr__(self) -> str:
         return f"MongoDriver(collection={self._jobs.full_name!r}, clock={self.clock!r})"
+
+
+_BURIAL_TEXT = {"$concat": [
+    "lease lapsed on the final attempt (", {"$toString": "$attempt"}, " of ",
+    {"$toString": "$max_attempts"}, "); the worker likely crashed",
+]}
+
+
+def _burial_state(drop: frozenset[str]) -> Doc:
+    """``failed`` for job names in ``drop_exhausted``, else ``dead`` (C08)."""
+    return {"$cond": [{"$in": ["$name", {"$literal": sorted(drop)}]}, "failed", "dead"]}
+
+
+def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozenset[str]) -> list[Doc]:
+    """Pipeline settling one lapsed job: buried on its final attempt (C08), else reclaimed (C07).
+
+    ``_final`` is computed from the document as the server writes it, so the choice
+    never rests on an earlier read; every field then takes one branch or the other.
+    """
+    final = "$_final"
+
+    def pick(buried: Any, reclaimed: Any) -> Doc:
+        return {"$cond": [final, buried, reclaimed]}
+
+    return [
+        {"$set": {"_final": {"$gte": ["$attempt", "$max_attempts"]}}},
+        d.append_error(
+            pick(LEASE_LAPSED_FINAL, LEASE_EXPIRED), pick(_BURIAL_TEXT, {"$literal": LEASE_EXPIRED_TEXT}), now,
+        ),
+        {"$set": {
+            "state": pick(_burial_state(drop), RUNNING),
+            "finished_at": pick(now, "$$REMOVE"),
+            "worker_id": pick("$$REMOVE", {"$literal": worker}),
+            "lease_expires_at": pick("$$REMOVE", expires),
+            "live_key": pick("$$REMOVE", "$live_key"),
+            "claim_no": pick("$claim_no", {"$add": ["$claim_no", 1]}),
+            "attempt": pick("$attempt", {"$add": ["$attempt", 1]}),
+            "attempted_at": pick("$attempted_at", now),
+        }},
+        {"$unset": "_final"},
+    ]
 
 
 def _take_stages(worker: str, now: datetime, expires: datetime) -> list[Doc]:

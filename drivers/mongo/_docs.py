@@ -12,6 +12,7 @@ A job is one document in ``<prefix>jobs``::
     worker_id, key, result                         absent when None
     live_key       the key, present only while the job is live (partial unique index)
     errors         [{type, message, at, attempt}], oldest first
+    settle_mark    set by a batched ack_many: which item of which batch settled it
 
 Payloads and results are stored as JSON text, never as BSON documents, so keys that
 begin with ``$`` or hold a ``.``, integers beyond int64, and every other value
@@ -39,7 +40,10 @@ __all__ = [
     "LEASE_INDEX",
     "SCHEMA_VERSION",
     "append_error",
+    "due_query",
     "filter_query",
+    "key_clash",
+    "lapsed_query",
     "parse_id",
     "to_job",
 ]
@@ -118,13 +122,22 @@ def new_document(seq: int, new: v.NewJob, now: datetime) -> dict[str, Any]:
     return doc
 
 
-def append_error(type_name: str, message: Any, now: datetime) -> dict[str, Any]:
+def key_clash(error: Mapping[str, Any]) -> bool:
+    """A write error from the live-key index (E02), not from ``_id`` or anything else."""
+    return error.get("code") == 11000 and (
+        "live_key" in (error.get("keyPattern") or {}) or "jc_live_key" in str(error.get("errmsg", ""))
+    )
+
+
+def append_error(type_name: Any, message: Any, now: datetime) -> dict[str, Any]:
     """A pipeline ``$set`` appending one error entry for the document's current attempt.
 
-    ``message`` is a str (wrapped in ``$literal``) or an aggregation expression.
+    ``type_name`` and ``message`` are each a str (wrapped in ``$literal``) or an
+    aggregation expression.
     """
+    kind = {"$literal": type_name} if isinstance(type_name, str) else type_name
     text = {"$literal": message} if isinstance(message, str) else message
-    entry = {"type": {"$literal": type_name}, "message": text, "at": now, "attempt": "$attempt"}
+    entry = {"type": kind, "message": text, "at": now, "attempt": "$attempt"}
     return {"$set": {"errors": {"$concatArrays": [{"$ifNull": ["$errors", []]}, [entry]]}}}
 
 
@@ -134,6 +147,26 @@ def finish_stages(state: Any, now: datetime) -> list[dict[str, Any]]:
         {"$set": {"state": state, "finished_at": now}},
         {"$unset": ["lease_expires_at", "worker_id", "live_key"]},
     ]
+
+
+def due_query(queues: Iterable[str], now: datetime) -> dict[str, Any]:
+    """Claimable now (C01): ``ready``/``scheduled`` with ``run_at <= now`` in ``queues``."""
+    return {"queue": {"$in": list(queues)}, "state": {"$in": ["ready", "scheduled"]}, "run_at": {"$lte": now}}
+
+
+def lapsed_query(queues: Iterable[str] | None, now: datetime, *, final: bool | None) -> dict[str, Any]:
+    """Running jobs whose lease lapsed (``lease_expires_at <= now``), in ``queues`` or all.
+
+    ``final=True`` picks those on their final attempt (burial, C08), ``False`` those
+    with attempts left (reclaim, C07), ``None`` both (the update then decides per job).
+    """
+    query: dict[str, Any] = {"state": "running"}
+    if queues is not None:
+        query["queue"] = {"$in": list(queues)}
+    query["lease_expires_at"] = {"$lte": now}
+    if final is not None:
+        query["$expr"] = {"$gte" if final else "$lt": ["$attempt", "$max_attempts"]}
+    return query
 
 
 def states_in(states: Iterable[JobState]) -> dict[str, Any]:

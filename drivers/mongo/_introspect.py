@@ -75,7 +75,9 @@ class MongoIntrospector:
     ) -> Page:
         flt = v.check_filter(filter)
         size, after_seq, before_seq = v.check_page(limit, after, before)
-        query = d.filter_query(flt) or {}
+        query = d.filter_query(flt)
+        if query is None:  # an empty set of states matches nothing
+            return Page(jobs=())
         if before_seq is not None:
             # The rows just newer than the cursor, read oldest first, shown newest first.
             found = list(self._jobs.find(_and(query, {"_id": {"$gt": before_seq}})).sort("_id", 1).limit(size + 1))
@@ -96,16 +98,16 @@ class MongoIntrospector:
     @translated
     def stats(self) -> Stats:
         now = self._d._now()
+        due = {"state": d.states_in((JobState.READY, JobState.SCHEDULED)), "run_at": {"$lte": now}}
+        # One round trip for both answers: $facet runs the two groupings over one read.
+        found = next(self._jobs.aggregate([{"$facet": {
+            "counts": [{"$group": {"_id": {"q": "$queue", "s": "$state"}, "n": {"$sum": 1}}}],
+            "oldest": [{"$match": due}, {"$group": {"_id": "$queue", "oldest": {"$min": "$run_at"}}}],
+        }}]))
         counts: dict[str, dict[JobState, int]] = {}
-        for row in self._jobs.aggregate([{"$group": {"_id": {"q": "$queue", "s": "$state"}, "n": {"$sum": 1}}}]):
+        for row in found["counts"]:
             counts.setdefault(row["_id"]["q"], {})[JobState(row["_id"]["s"])] = int(row["n"])
-        oldest = {
-            row["_id"]: now - row["oldest"]
-            for row in self._jobs.aggregate([
-                {"$match": {"state": d.states_in((JobState.READY, JobState.SCHEDULED)), "run_at": {"$lte": now}}},
-                {"$group": {"_id": "$queue", "oldest": {"$min": "$run_at"}}},
-            ])
-        }
+        oldest = {row["_id"]: now - row["oldest"] for row in found["oldest"]}
         return Stats(counts=counts, oldest_due_age=oldest)
 
     @translated
@@ -122,12 +124,11 @@ class MongoIntrospector:
     def rescue(self) -> RescueResult:
         self._d._ensure()
         now = self._d._now()
-        buried = self._d._bury({}, frozenset(), now)
+        buried = self._d._bury(None, frozenset(), now)
         # update_many re-evaluates the filter on each document as it writes it, so a job
         # heartbeated or reclaimed meanwhile is left alone, and a second sweep finds nothing.
         moved = self._jobs.update_many(
-            {"state": JobState.RUNNING.value, "lease_expires_at": {"$lte": now},
-             "$expr": {"$lt": ["$attempt", "$max_attempts"]}},
+            d.lapsed_query(None, now, final=False),
             [
                 d.append_error("LeaseExpired", "lease expired before the attempt finished", now),
                 {"$set": {"state": JobState.READY.value, "run_at": now}},
@@ -168,8 +169,10 @@ class MongoIntrospector:
                     {"_id": seq, "state": d.states_in(FINISHED_STATES)}, _requeue_update(now, now),
                     return_document=ReturnDocument.AFTER,
                 )
-            except pe.DuplicateKeyError as exc:  # the partial unique index: a live job holds the key
-                raise self._duplicate(job_id, seq) from exc
+            except pe.DuplicateKeyError as exc:
+                if not d.key_clash(exc.details or {}):
+                    raise
+                raise self._duplicate(job_id, seq) from exc  # the partial unique index: a live job holds the key
             if doc is not None:
                 return d.to_job(doc)
         raise self._refusal(job_id, seq, JobNotRequeueable, "finished")
@@ -296,7 +299,7 @@ class MongoIntrospector:
             try:
                 affected = self._jobs.bulk_write(ops, ordered=False).modified_count
             except pe.BulkWriteError as exc:  # a concurrent enqueue took a key: that row stays
-                if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+                if not all(d.key_clash(e) for e in exc.details.get("writeErrors", [])):
                     raise
                 affected = int(exc.details.get("nModified", 0))
         return BulkResult(affected=affected, remaining=len(self._requeueable(query)))

@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
@@ -80,15 +81,21 @@ def make_pool(
     conninfo: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0,
     statement_timeout: Duration | None = None, **kwargs: Any,
 ) -> ConnectionPool[Any]:
-    """A connection pool set up the way the driver wants it (autocommit, UTC).
+    """A connection pool set up the way the driver wants it (autocommit, UTC, generic plans).
 
     ``statement_timeout`` (a duration) is applied to every pooled session; a statement
     running longer is cancelled and surfaces as ``JC_DB_TIMEOUT``.
     """
-    options = "-c TimeZone=UTC"
+    # Generic plans: every statement is shaped (ANY(ARRAY(...)) joins, LATERAL per queue) so
+    # its generic plan reads the same indexes as a custom one, and the claim, whose custom
+    # plan PostgreSQL would otherwise rebuild on every call, skips that planning.
+    options = "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan"
     if statement_timeout is not None:
         span = v.check_duration(statement_timeout, "statement_timeout", lo=timedelta(milliseconds=1), positive=True)
         options += f" -c statement_timeout={max(1, span // timedelta(milliseconds=1))}"
+    given = conninfo_to_dict(conninfo).get("options")  # keep the caller's own -c settings too
+    if given:
+        options = f"{options} {given}"
     connect: dict[str, Any] = {"autocommit": True, "options": options, "connect_timeout": 10, **kwargs}
     return ConnectionPool(
         conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
@@ -180,6 +187,26 @@ class PostgresDriver:
         conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
         return cls(conninfo, **{**taken, **options})
 
+    @property
+    def url(self) -> str:
+        """A ``postgresql://`` URL reaching this driver's store (its schema included), for
+        ``jobcore.connect`` in another process (the CLI, a worker)."""
+        conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
+        if conninfo.startswith(("postgresql://", "postgres://")):
+            parts = urlsplit(conninfo)
+            query = [(k, val) for k, val in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
+            return urlunsplit(parts._replace(query=urlencode([*query, ("schema", self.schema)])))
+        params = {k: val for k, val in conninfo_to_dict(conninfo).items() if val is not None}
+        user = quote(str(params.pop("user", "")), safe="")
+        password = quote(str(params.pop("password", "")), safe="")
+        host = str(params.pop("host", ""))
+        port = params.pop("port", None)
+        dbname = quote(str(params.pop("dbname", "")), safe="")
+        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+        netloc = f"{auth}{host}{f':{port}' if port else ''}"
+        options = urlencode([*((k, str(val)) for k, val in params.items()), ("schema", self.schema)])
+        return f"postgresql://{netloc}/{dbname}?{options}"
+
     # -- plumbing ----------------------------------------------------------------------
 
     def _now(self) -> datetime:
@@ -221,8 +248,9 @@ class PostgresDriver:
                 with translated(self.schema), self._connection() as pooled:
                     cur = pooled.execute(query, params)
                     return cur.fetchall() if cur.description is not None else []
-            except BackendUnavailable:
-                if not retry or attempt == 2:
+            except BackendUnavailable as exc:
+                # Retry only a connection lost mid-call; a pool that had none to give already waited.
+                if not retry or attempt == 2 or isinstance(exc.__cause__, PoolTimeout):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 

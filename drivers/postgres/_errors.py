@@ -6,6 +6,7 @@ a raw psycopg exception; the original stays on ``__cause__``:
 * a cancelled statement (``statement_timeout``, ``lock_timeout``) -> ``BackendTimeout``;
 * a lost or refused connection, a server shutdown, an exhausted pool -> ``BackendUnavailable``;
 * a missing table or schema -> ``SchemaOutdated`` (run ``jobcore migrate``);
+* a deadlock or serialization failure (rolled back, nothing written) -> ``BackendFailure``;
 * anything else -> ``BackendFailure``.
 """
 
@@ -43,6 +44,10 @@ def translate(exc: BaseException, schema: str = "") -> BackendError:
         return SchemaOutdated(
             f"jobcore's tables in schema {schema!r} are missing or old: {text}",
             "run `jobcore migrate --url ...` (or driver.migrate()) with this jobcore",
+        )
+    if isinstance(exc, pg.TransactionRollback):  # deadlock, serialization failure: nothing was written
+        return BackendFailure(
+            f"the database rolled the statement back: {text}", "retry the call; nothing of it was written"
         )
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return BackendUnavailable(f"the database connection failed: {text}")

@@ -79,7 +79,7 @@ WITH input AS (
                              created_at, claim_no, key, errors)
     SELECT i.id, i.name, i.queue, i.payload, i.state, i.priority, 0, i.max_attempts, i.run_at,
            %(now)s, 0, i.key, '[]'::jsonb
-    FROM input AS i ORDER BY i.ord
+    FROM input AS i ORDER BY i.name, i.key, i.ord
     ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {_LIVE} DO NOTHING
     RETURNING {_COLS}
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
@@ -95,10 +95,12 @@ FROM input AS i JOIN ins ON ins.name = i.name AND ins.key = i.key AND ins.id <> 
 WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id)
 """
 """One round trip for one job or a batch (E01, E02, E05). Ids come from the sequence in
-input order. A key conflict inserts nothing; the item answers the live holder, either
-an older row or an earlier item of the same batch. A holder committed by another
-transaction after this statement's snapshot is not visible here; the driver looks it up
-with :data:`KEY_HOLDER` (a fresh snapshot) and retries the insert if it finished."""
+input order; rows are inserted in (name, key) order, so batches racing on the same keys
+wait for each other in one order and cannot deadlock. A key conflict inserts nothing;
+the item answers the live holder, either an older row or an earlier item of the batch.
+A holder committed by another transaction after this statement's snapshot is not
+visible here; the driver looks it up with :data:`KEY_HOLDER` (a fresh snapshot) and
+retries the insert if it finished."""
 
 KEY_HOLDER: Final = f"""
 SELECT {_COLS} FROM {{jobs}} AS j
@@ -143,20 +145,20 @@ WITH spent AS (
         state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
         finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
-    FROM spent AS f WHERE j.id = f.id
-    RETURNING 1 AS kind, 0 AS grp, {_COLS}
+    WHERE j.id = ANY(ARRAY(SELECT f.id FROM spent AS f))
+    RETURNING 1 AS kind, {_COLS}
 ), taken AS (
     UPDATE {{jobs}} AS j SET
         state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1, attempt = j.attempt + 1,
         attempted_at = %(now)s, lease_expires_at = %(expires)s,
         errors = CASE WHEN j.state = 'running' THEN {_LEASE_EXPIRED} ELSE j.errors END
-    FROM picked AS p WHERE j.id = p.id
-    RETURNING 0 AS kind, p.grp, {_COLS}
+    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
+    RETURNING 0 AS kind, {_COLS}
 )
-SELECT kind, grp, {_BARE} FROM taken
+SELECT t.kind, p.grp, {", ".join(f"t.{c}" for c in JOB_COLUMNS)} FROM taken AS t JOIN picked AS p ON p.id = t.id
 UNION ALL
-SELECT kind, grp, {_BARE} FROM buried
-ORDER BY kind, grp, priority DESC, run_at, id
+SELECT kind, 0, {_BARE} FROM buried
+ORDER BY 1, 2, priority DESC, run_at, id
 """
 """One statement per claim batch (C01-C08): burial of lapsed final attempts, reclaim of
 lapsed rows with attempts left (first, recording ``LeaseExpired``), then due rows per

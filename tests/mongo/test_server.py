@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -199,13 +200,16 @@ def test_standalone_server_offers_no_notify_or_transactions(standalone: str, clo
 
 
 def test_server_restart_surfaces_as_unavailable_then_recovers(tmp_path: Any, clock: Any) -> None:
-    """A stopped server is JC_DB_UNAVAILABLE (pymongo's error on __cause__); after a restart the same driver works."""
+    """A stopped server is JC_DB_UNAVAILABLE (pymongo's error on __cause__); after a restart the same
+    driver works, wake-ups included."""
     if fx.secantus_binary() is None:
         pytest.skip("secantusd-py is not installed")
     port, storage = fx.free_port(), str(tmp_path / "restart")
     process, url, _ = fx.start_secantus(port, storage)
     client: MongoClient[Any] = MongoClient(url, serverSelectionTimeoutMS=1500)
     driver = MongoDriver(client, database="jc_restart", clock=clock)
+    woken = threading.Event()
+    subscription = driver.subscribe(["default"], lambda queue: woken.set()) if "notify" in driver.capabilities else None
     try:
         job = driver.enqueue("survives")
         process.terminate()
@@ -218,6 +222,13 @@ def test_server_restart_surfaces_as_unavailable_then_recovers(tmp_path: Any, clo
         claimed = driver.claim(["default"], worker_id="w", lease=5).claimed
         assert [c.job.id for c in claimed] == [job.id]
         assert driver.ack(claimed[0].token) is not None
+        if subscription is not None:  # the change stream reopened by itself
+            woken.clear()
+            deadline = time.monotonic() + 20
+            while not woken.is_set() and time.monotonic() < deadline:
+                driver.enqueue("wakes")
+                woken.wait(1)
+            assert woken.is_set()
     finally:
         driver.close()
         client.close()
@@ -243,3 +254,16 @@ def test_key_race_between_transactions_is_retryable(driver: MongoDriver) -> None
         again = second.with_transaction(lambda s: driver.enqueue("a", key="k", session=s))
     assert again.duplicate
     assert again.id == holder.id
+
+
+def test_racing_batches_with_one_key_insert_it_once(driver: MongoDriver, clients: list[Any]) -> None:
+    """Concurrent enqueue_many batches sharing a key: the key's job is inserted once, the rest of each batch lands."""
+    peers = _peers(driver, clients)
+    batches = _in_threads(
+        4, lambda i: peers[i].enqueue_many([{"name": "own", "payload": i}, {"name": "send", "key": "k"}])
+    )
+    shared = {batch[1].id for batch in batches}
+    assert len(shared) == 1
+    assert sum(not batch[1].duplicate for batch in batches) == 1
+    assert len({batch[0].id for batch in batches}) == 4
+    assert driver._jobs.count_documents({}) == 5

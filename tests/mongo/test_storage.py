@@ -43,19 +43,27 @@ def _stages(plan: Any) -> list[str]:
     return found
 
 
-def test_claim_query_uses_the_claim_index(driver: MongoDriver, clock: Any) -> None:
-    """The due-job claim (findAndModify with sort and hint) plans an index scan, not a collection scan."""
+@pytest.mark.parametrize(
+    ("query", "sort", "hint"),
+    [
+        pytest.param(lambda now: docs.due_query(["q1", "q2"], now), docs.CLAIM_ORDER, docs.CLAIM_INDEX, id="due"),
+        pytest.param(
+            lambda now: docs.lapsed_query(["q1"], now, final=False), docs.CLAIM_ORDER, docs.LEASE_INDEX, id="reclaim",
+        ),
+        pytest.param(
+            lambda now: docs.lapsed_query(None, now, final=True), [("lease_expires_at", 1)], docs.LEASE_INDEX,
+            id="burial",
+        ),
+    ],
+)
+def test_claim_queries_use_an_index(driver: MongoDriver, clock: Any, query: Any, sort: Any, hint: str) -> None:
+    """Each claim step's findAndModify, exactly as the driver builds it, plans an index scan."""
     driver.enqueue_many([{"name": "a", "queue": q, "priority": p} for q in ("q1", "q2") for p in range(3)])
-    now = clock.now()
+    driver.claim(["q1"], worker_id="w", limit=2, lease=1)
     explained = driver._jobs.database.command(
         "explain",
         {
-            "findAndModify": driver._jobs.name,
-            "query": {
-                "queue": {"$in": ["q1", "q2"]}, "state": {"$in": ["ready", "scheduled"]}, "run_at": {"$lte": now},
-            },
-            "sort": dict(docs.CLAIM_ORDER),
-            "hint": docs.CLAIM_INDEX,
+            "findAndModify": driver._jobs.name, "query": query(clock.now()), "sort": dict(sort), "hint": hint,
             "update": {"$set": {"state": "running"}},
         },
         verbosity="queryPlanner",
@@ -63,16 +71,6 @@ def test_claim_query_uses_the_claim_index(driver: MongoDriver, clock: Any) -> No
     stages = _stages(explained.get("queryPlanner", explained))
     assert "COLLSCAN" not in stages
     assert "IXSCAN" in stages
-
-
-def test_lapsed_lease_query_uses_the_lease_index(driver: MongoDriver, clock: Any) -> None:
-    """Reclaim and rescue find lapsed leases through the lease index."""
-    driver.enqueue("a")
-    explained = driver._jobs.find(
-        {"state": "running", "queue": {"$in": ["default"]}, "lease_expires_at": {"$lte": clock.now()}}
-    ).hint(docs.LEASE_INDEX).explain()
-    stages = _stages(explained.get("queryPlanner", explained))
-    assert "COLLSCAN" not in stages
 
 
 def test_migrate_creates_the_indexes_and_is_idempotent(driver: MongoDriver) -> None:
@@ -219,3 +217,12 @@ def test_lease_store_counts_slots(driver: MongoDriver, clock: Any) -> None:
     assert driver.leases.acquire("k", 2, "c", 5)
     assert driver.leases.release("k", "c")
     assert not driver.leases.release("k", "c")
+
+
+def test_an_id_clash_is_a_backend_failure_not_a_duplicate(driver: MongoDriver) -> None:
+    """Only the live-key index answers 'duplicate'; any other unique clash surfaces as JC_DB_ERROR."""
+    driver.enqueue("a", key="k")
+    driver._meta.update_one({"_id": "seq"}, {"$set": {"value": 0}})  # a counter restored from an old backup
+    with pytest.raises(BackendFailure) as caught:
+        driver.enqueue("b")
+    assert isinstance(caught.value.__cause__, pe.DuplicateKeyError)

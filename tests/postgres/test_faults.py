@@ -136,3 +136,47 @@ def test_server_restart_and_outage() -> None:
         driver.close()
         pool.close()
         server.stop()
+
+
+class LoseFirstClaimReply(psycopg.Cursor[Any]):
+    """Runs the statement, then loses the connection before the reply is read (once, for a claim)."""
+
+    armed = False
+
+    def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+        result = super().execute(query, params, **kw)
+        if LoseFirstClaimReply.armed and isinstance(query, bytes) and b"FOR UPDATE SKIP LOCKED" in query:
+            LoseFirstClaimReply.armed = False
+            self.connection.close()  # the claim committed (autocommit); its answer never arrives
+            raise psycopg.OperationalError("simulated: server closed the connection unexpectedly")
+        return result
+
+
+def test_a_claim_retried_after_a_lost_reply_never_hands_a_job_to_two_live_tokens(pg_url: str, pool: Any) -> None:
+    """The retry takes other jobs; the lost claim's job waits out its lease and its lost token stays dead."""
+    schema = fx.schema_name()
+    clock = ManualClock(START)
+    lossy = make_pool(pg_url, min_size=1, max_size=2, cursor_factory=LoseFirstClaimReply)
+    driver = PostgresDriver(lossy, schema=schema, clock=clock)
+    try:
+        driver.migrate()
+        first, second = driver.enqueue("a"), driver.enqueue("b")
+        LoseFirstClaimReply.armed = True
+        retried = driver.claim(["default"], worker_id="w", lease=30).claimed
+        assert [c.job.id for c in retried] == [second.id]  # the first claim took `first`, unseen
+        lost = driver.introspect.get(first.id)
+        assert lost is not None
+        assert lost.state == "running"
+        assert driver.claim(["default"], worker_id="w2", lease=30).claimed == ()  # never while its lease lives
+        clock.advance(seconds=30)
+        again = driver.claim(["default"], worker_id="w2", lease=30).claimed
+        assert [c.job.id for c in again] == [first.id]
+        assert again[0].token.claim_no == lost.claim_no + 1
+        lost_token = lost.token
+        assert lost_token is not None
+        assert driver.ack(lost_token) is None  # the token nobody received can never settle anything
+        assert driver.ack(again[0].token) is not None
+    finally:
+        driver.close()
+        lossy.close()
+        fx.drop_schema(pool, schema)

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore.drivers.postgres import PostgresDriver, _schema
+from jobcore.drivers.postgres import PostgresDriver, _schema, make_pool
 from psycopg import sql
 
 from fixtures import postgres as fx
@@ -145,3 +145,26 @@ def test_from_url_takes_jobcore_options(pg_url: str, pool: Any) -> None:
     finally:
         driver.close()
         fx.drop_schema(pool, schema)
+
+
+def test_url_reaches_the_same_store(driver: Any) -> None:
+    """driver.url (schema included) opens another driver on the same store, as the CLI does."""
+    job = driver.enqueue("x", {"a": 1})
+    other = connect(driver.url)
+    try:
+        assert other.introspect.get(job.id) == job
+    finally:
+        other.close()
+
+
+def test_make_pool_keeps_the_callers_session_options(pg_url: str) -> None:
+    """``options`` in the URL survive next to the driver's own (UTC, generic plans)."""
+    sep = "&" if "?" in pg_url else "?"
+    pool = make_pool(f"{pg_url}{sep}options=-c%20application_name%3Djc_opts", min_size=1)
+    try:
+        with pool.connection() as conn:
+            assert conn.execute("SHOW application_name").fetchone() == ("jc_opts",)
+            assert conn.execute("SHOW TimeZone").fetchone() == ("UTC",)
+            assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+    finally:
+        pool.close()

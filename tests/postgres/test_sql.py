@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from jobcore.drivers.postgres import PostgresDriver, _sql, make_pool
 from jobcore.drivers.postgres._rows import epoch_ms
 from jobcore.parity.plugin import START
@@ -125,3 +126,54 @@ def test_statements_per_operation(pg_url: str, pool: Any) -> None:
         driver.close()
         counted.close()
         fx.drop_schema(pool, schema)
+
+
+def _generic_plan(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> str:
+    """The plan PostgreSQL uses for ``query`` as a prepared statement under generic planning."""
+    notes: list[str] = []
+    conn.add_notice_handler(lambda n: notes.append(n.message_primary or ""))
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("auto_explain needs a superuser connection")
+    for setting in ("auto_explain.log_min_duration = 0", "client_min_messages = log",
+                    "plan_cache_mode = force_generic_plan"):
+        conn.execute(f"SET {setting}")
+    with conn.transaction(force_rollback=True):
+        conn.execute(query, params, prepare=True)
+    return notes[-1].split("\n\n")[-1] if notes else ""
+
+
+def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any, pg_url: str) -> None:
+    """Generic plans (the driver's sessions use them) of the hot statements never scan the jobs table."""
+    with pool.connection() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,"
+                " finished_at, claim_no, errors) SELECT 'old', 'default', 'null', 'done', 0, 1, 20, %(t)s, %(t)s,"
+                " %(t)s, 1, '[]' FROM generate_series(1, 20000)"
+            ).format(sql.Identifier(driver.schema, "jobs")),
+            {"t": START},
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(driver.schema, "jobs")))
+    now = START
+    fence = {"id": 1, "worker": "w", "claim_no": 1}
+    cases = {
+        "CLAIM": _claim_params(now),
+        "ACK_MANY": {"ids": [1, 2], "workers": ["w", "w"], "claims": [1, 1], "results": [None, None], "now": now},
+        "NACK": {**fence, "fail": False, "park": False, "give_back": 0, "dead_letter": True, "type": "E",
+                 "message": "m", "now": now, "now_ms": epoch_ms(now), "retry_at": now, "channel": "c"},
+        "HEARTBEAT": {**fence, "expires": now},
+        "ENQUEUE": {"names": ["a"], "queues": ["q"], "payloads": ["null"], "states": ["ready"], "priorities": [0],
+                    "run_ats": [now], "max_attempts": [3], "keys": ["k"], "now": now, "channel": "c"},
+        "GET": {"id": 5},
+        "RESCUE": {"now": now, "now_ms": epoch_ms(now), "channel": "c"},
+    }
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        plans = {name: _generic_plan(conn, getattr(driver.q, name), params) for name, params in cases.items()}
+    for name, plan in plans.items():
+        assert "Index" in plan, (name, plan)
+        assert "Seq Scan on jobs" not in plan, (name, plan)
+    assert "jobs_due" in plans["CLAIM"]
+    assert "jobs_running" in plans["CLAIM"]
+    assert "jobs_running" in plans["RESCUE"]
