@@ -270,6 +270,38 @@ class Model:
         job.state, job.run_at = "ready", now
         return job.seq
 
+    def bulk(
+        self,
+        now: datetime,
+        verb: str,
+        *,
+        queue: str | None,
+        name: str | None,
+        states: frozenset[str] | None,
+        limit: int,
+        reason: str | None = None,
+    ) -> tuple[int, int]:
+        """O05: cancel_many / promote_many / remove_many, oldest first; (affected, remaining)."""
+        guard = {"cancel": LIVE, "promote": frozenset({"scheduled"}), "remove": (LIVE | FINISHED) - {"running"}}[verb]
+        eligible = [
+            job
+            for job in self.jobs.values()
+            if job.state in guard
+            and (queue is None or job.queue == queue)
+            and (name is None or job.name == name)
+            and (states is None or job.state in states)
+        ]
+        chosen = eligible[:limit]
+        for job in chosen:
+            if verb == "cancel":
+                job.errors.append(MError("Cancelled", reason, now, job.attempt))
+                self._finish(job, "cancelled", now)
+            elif verb == "promote":
+                job.state, job.run_at = "ready", now
+            else:
+                del self.jobs[job.seq]
+        return len(chosen), len(eligible) - len(chosen)
+
     def rescue(self, now: datetime) -> tuple[int, list[int]]:
         """C10: (how many requeued, ids buried)."""
         requeued, buried = 0, []

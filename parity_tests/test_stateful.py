@@ -32,10 +32,11 @@ from hypothesis.stateful import (
 from jobcore.parity._model import MJob, Model, MToken, Refused
 from jobcore.parity.plugin import START
 
+from jobcore import validate as v
 from jobcore.clock import ManualClock, to_millis
 from jobcore.driver import JobDriver
 from jobcore.errors import JobcoreError
-from jobcore.records import ClaimToken, Job
+from jobcore.records import ClaimToken, Job, JobFilter
 
 settings.register_profile(
     "jobcore-stateful",
@@ -334,6 +335,30 @@ class DriverVersusModel(RuleBasedStateMachine):
             self.check_job(job, None if expected is None else expected.seq, verb, snapshot=expected)
         else:
             self.check_job(job, expected, verb)
+
+    @rule(
+        verb=st.sampled_from(["cancel", "promote", "remove"]),
+        queue=st.sampled_from([None, *QUEUES]),
+        name=st.sampled_from([None, *NAMES]),
+        states=st.sampled_from([None, ("scheduled",), ("running",), ("ready", "scheduled"), ("done", "dead")]),
+        limit=st.sampled_from([1, 2, v.MAX_BULK_ROWS]),
+    )
+    def bulk(
+        self, verb: str, queue: str | None, name: str | None, states: tuple[str, ...] | None, limit: int
+    ) -> None:
+        """O05: the bulk verbs keep their own state guard whatever the filter names; oldest first."""
+        flt = JobFilter(queue=queue, name=name, state=states)
+        target = {
+            "cancel": lambda: self.driver.introspect.cancel_many(flt, reason="bulk stop", limit=limit),
+            "promote": lambda: self.driver.introspect.promote_many(flt, limit=limit),
+            "remove": lambda: self.driver.introspect.remove_many(flt, limit=limit),
+        }[verb]
+        result = target()
+        affected, remaining = self.model.bulk(
+            self.now(), verb, queue=queue, name=name, states=None if states is None else frozenset(states),
+            limit=limit, reason="bulk stop",
+        )
+        assert (result.affected, result.remaining) == (affected, remaining), f"O05: {verb}_many answer differs"
 
     @rule()
     def rescue(self) -> None:

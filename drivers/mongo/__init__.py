@@ -13,17 +13,21 @@ evaluates its filter against the document it modifies, under the document's writ
 lock; a concurrent write that changed the document first makes the filter no longer
 match, and the server moves on to the next candidate (or answers ``None``).
 
-1. Burial (C08): ``find_one_and_update`` of one document whose filter is "running, in
-   these queues, ``lease_expires_at <= now``, ``attempt >= max_attempts``". The update
-   makes it ``dead``/``failed``, so once one claimer (or ``rescue``) buried it, no other
-   filter matches it: it is buried once and reported to that one caller, the only one
-   that got the document back. A heartbeat that landed first moved the lease past
-   ``now``, so the burial filter does not match (L01: a late heartbeat still lands).
-2. Reclaim (C07): the same lapsed filter with ``attempt < max_attempts``, sorted by the
-   claim order. The update records ``LeaseExpired`` and takes the job with
-   ``claim_no + 1``, which kills the old token at the same instant; two claimers cannot
-   both take it because the first one's write makes the lease live again.
-3. Due jobs (C01-C03): filter "ready/scheduled, ``run_at <= now``, in these queues",
+1. Lapsed leases, burial and reclaim (C07, C08), in one pass: ``find_one_and_update``
+   of one document whose filter is "running, in these queues, ``lease_expires_at <=
+   now``", sorted by the claim order. Its update pipeline computes from the document
+   being written whether the job is on its final attempt: then it is settled
+   ``dead``/``failed`` with ``LeaseLapsedFinalAttempt`` (buried), else it records
+   ``LeaseExpired`` and is taken with ``claim_no + 1``, which kills the old token at
+   the same instant. Either way the job stops matching the filter (no longer running,
+   or its lease live again), so no other claimer (or ``rescue``) buries it a second
+   time or takes it too, and only the caller whose write landed gets it back to
+   report. A heartbeat that landed first moved the lease past ``now``: the filter no
+   longer matches (L01: a late heartbeat still lands). When the claim is full, the
+   jobs still lapsed on their final attempt are buried by a filter that adds
+   ``attempt >= max_attempts``, so nothing with attempts left is reclaimed beyond
+   ``limit``.
+2. Due jobs (C01-C03): filter "ready/scheduled, ``run_at <= now``, in these queues",
    sorted by priority desc, run_at asc, ``_id`` asc, hinted to the claim index. The
    first claimer's write makes the document ``running``; the second claimer's filter
    no longer matches it and it takes the next one.

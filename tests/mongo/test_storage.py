@@ -43,32 +43,36 @@ def _stages(plan: Any) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    ("query", "sort", "hint"),
-    [
-        pytest.param(lambda now: docs.due_query(["q1", "q2"], now), docs.CLAIM_ORDER, docs.CLAIM_INDEX, id="due"),
-        pytest.param(
-            lambda now: docs.lapsed_query(["q1"], now, final=False), docs.CLAIM_ORDER, docs.LEASE_INDEX, id="reclaim",
-        ),
-        pytest.param(
-            lambda now: docs.lapsed_query(None, now, final=True), [("lease_expires_at", 1)], docs.LEASE_INDEX,
-            id="burial",
-        ),
-    ],
-)
-def test_claim_queries_use_an_index(driver: MongoDriver, clock: Any, query: Any, sort: Any, hint: str) -> None:
-    """Each claim step's findAndModify, exactly as the driver builds it, plans an index scan."""
+def _explain(driver: MongoDriver, query: dict[str, Any], sort: Any, hint: str | None) -> list[str]:
+    command: dict[str, Any] = {
+        "findAndModify": driver._jobs.name, "query": query, "sort": dict(sort), "update": {"$set": {"state": "x"}},
+    }
+    if hint is not None:
+        command["hint"] = hint
+    explained = driver._jobs.database.command("explain", command, verbosity="queryPlanner")
+    return _stages(explained.get("queryPlanner", explained))
+
+
+def test_claim_query_uses_the_claim_index(driver: MongoDriver, clock: Any) -> None:
+    """The due-job claim, exactly as the driver sends it (findAndModify, sort, hint), plans an index scan."""
     driver.enqueue_many([{"name": "a", "queue": q, "priority": p} for q in ("q1", "q2") for p in range(3)])
-    driver.claim(["q1"], worker_id="w", limit=2, lease=1)
-    explained = driver._jobs.database.command(
-        "explain",
-        {
-            "findAndModify": driver._jobs.name, "query": query(clock.now()), "sort": dict(sort), "hint": hint,
-            "update": {"$set": {"state": "running"}},
-        },
-        verbosity="queryPlanner",
-    )
-    stages = _stages(explained.get("queryPlanner", explained))
+    stages = _explain(driver, docs.due_query(["q1", "q2"], clock.now()), docs.CLAIM_ORDER, docs.CLAIM_INDEX)
+    assert "COLLSCAN" not in stages
+    assert "IXSCAN" in stages
+
+
+@pytest.mark.parametrize("final", [None, True], ids=["claim", "burial"])
+def test_lapsed_lease_queries_have_an_index(driver: MongoDriver, clock: Any, final: bool | None) -> None:
+    """jc_lease serves the lapsed-lease queries of claim, burial and rescue.
+
+    The driver leaves these to the planner (they match running jobs only, and MongoDB's
+    planner picks jc_lease); the stand-in server collection-scans them unhinted, so this
+    checks the index can serve the query rather than what one server's planner chose.
+    """
+    driver.enqueue_many([{"name": "a"} for _ in range(4)])
+    driver.claim(["default"], worker_id="w", limit=2, lease=1)
+    query = docs.lapsed_query(["default"] if final is None else None, clock.now(), final=final)
+    stages = _explain(driver, query, docs.CLAIM_ORDER, docs.LEASE_INDEX)
     assert "COLLSCAN" not in stages
     assert "IXSCAN" in stages
 
@@ -226,3 +230,22 @@ def test_an_id_clash_is_a_backend_failure_not_a_duplicate(driver: MongoDriver) -
     with pytest.raises(BackendFailure) as caught:
         driver.enqueue("b")
     assert isinstance(caught.value.__cause__, pe.DuplicateKeyError)
+
+
+def test_a_full_claim_still_buries_and_reclaims_no_more(driver: MongoDriver, clock: Any) -> None:
+    """With the claim full after one reclaim, a lapsed final-attempt job is still buried and
+    the other lapsed job waits for the next claim (C07, C08)."""
+    first = driver.enqueue("a", priority=5, max_attempts=3)
+    second = driver.enqueue("a", priority=4, max_attempts=3)
+    final = driver.enqueue("a", priority=1, max_attempts=1)
+    driver.claim(["default"], worker_id="crashed", limit=3, lease=1)
+    clock.advance(seconds=2)
+    result = driver.claim(["default"], worker_id="w", limit=1, lease=60)
+    assert [c.job.id for c in result.claimed] == [first.id]
+    assert [j.id for j in result.buried] == [final.id]
+    assert result.buried[0].last_error.type == "LeaseLapsedFinalAttempt"
+    assert driver.introspect.get(second.id).worker_id == "crashed"
+    again = driver.claim(["default"], worker_id="w", limit=5, lease=60)
+    assert [c.job.id for c in again.claimed] == [second.id]
+    assert again.buried == ()
+    assert [e.type for e in again.claimed[0].job.errors] == ["LeaseExpired"]
