@@ -55,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 from bson.codec_options import CodecOptions
@@ -75,7 +75,7 @@ from . import _docs as d
 from ._errors import translated
 from ._introspect import MongoIntrospector
 from ._leases import MongoLeases
-from ._watch import Silent, Watcher
+from ._watch import Hub, Silent, Subscription
 
 __all__ = ["MongoDriver"]
 
@@ -111,8 +111,9 @@ class MongoDriver:
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
                 raise UrlInvalid(f"{uri_or_client!r:.80} is not a MongoDB URI pymongo accepts ({exc})") from exc
             self._owns_client = True
+            self._uri: str | None = uri_or_client
         elif isinstance(uri_or_client, MongoClient):
-            self._client, self._owns_client = uri_or_client, False
+            self._client, self._owns_client, self._uri = uri_or_client, False, None
         else:
             raise OptionInvalid(
                 f"MongoDriver wants a mongodb:// URI or a MongoClient, got {type(uri_or_client).__name__}",
@@ -129,7 +130,7 @@ class MongoDriver:
         self._capabilities: frozenset[str] | None = None
         self._ready = False
         self._lock = threading.Lock()
-        self._watchers: list[Watcher] = []
+        self._hub: Hub | None = None
         self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
         self.introspect = MongoIntrospector(self, self._jobs)
 
@@ -143,6 +144,17 @@ class MongoDriver:
         if parsed.get("database") and "database" not in options:
             options["database"] = parsed["database"]
         return cls(url, **options)
+
+    @property
+    def url(self) -> str:
+        """A ``mongodb://`` URL reaching this driver's database, for ``jobcore.connect`` in
+        another process (the CLI, a worker). Only the default collection prefix travels."""
+        if self._uri is not None:
+            base = urlsplit(self._uri)
+        else:
+            hosts = ",".join(f"{host}:{port}" for host, port in sorted(self._client.nodes)) or "localhost"
+            base = urlsplit(f"mongodb://{hosts}")
+        return urlunsplit(base._replace(path="/" + self._jobs.database.name))
 
     # -- capabilities, schema ------------------------------------------------------------
 
@@ -484,23 +496,32 @@ class MongoDriver:
     # -- wake-ups, lifecycle ----------------------------------------------------------------
 
     @translated
-    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Watcher | Silent:
+    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Subscription | Silent:
         names = frozenset(v.check_claim(queues, "subscriber", 1, 1, ())[0])
         if not callable(callback):
             raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
         if "notify" not in self.capabilities:
             return Silent()
-        watcher = Watcher(self, names, callback)
-        watcher.start()
-        with self._lock:
-            self._watchers.append(watcher)
-        return watcher
+        with self._lock:  # one shared stream per driver (see _watch)
+            if self._hub is None:
+                hub = Hub(self)
+                hub.start()
+                self._hub = hub
+            return self._hub.add((names, callback))
+
+    def _hub_idle(self, hub: Hub) -> None:
+        """The last subscription of ``hub`` closed: stop it (a later subscribe starts another)."""
+        with self._lock:  # subscribe adds under this lock: nobody joins while we check
+            if self._hub is not hub or not hub.empty:
+                return
+            self._hub = None
+        hub.close()
 
     def close(self) -> None:
         with self._lock:
-            watchers, self._watchers = self._watchers, []
-        for watcher in watchers:
-            watcher.close()
+            hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.close()
         if self._owns_client:
             self._client.close()
 

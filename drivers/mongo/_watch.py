@@ -1,9 +1,12 @@
 """Change-stream wake-ups for the MongoDB driver's ``subscribe`` (capability ``notify``).
 
-A :class:`Watcher` runs one change stream on the jobs collection in a daemon thread and
-calls back when an insert or update leaves a job of its queues ready or due. Wake-ups
-are hints: workers still poll, which covers anything missed while a stream reopens.
-On a server without change streams (standalone), ``subscribe`` answers :class:`Silent`.
+One :class:`Hub` per driver follows one change stream on the jobs collection in a
+daemon thread and calls back every subscriber whose queues an insert or update left a
+job ready or due in. Subscriptions share it, so a process holds one stream (one
+connection busy in a long poll) however many workers subscribe, and a small pool is
+never starved by pollers. Wake-ups are hints: workers still poll, which covers anything
+missed while a stream reopens. On a server without change streams (standalone),
+``subscribe`` answers :class:`Silent`.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from jobcore.records import JobState
 if TYPE_CHECKING:
     from . import MongoDriver
 
-__all__ = ["Silent", "Watcher"]
+__all__ = ["Hub", "Silent", "Subscription"]
 
 _log = logging.getLogger("jobcore.drivers.mongo")
 
 READY, SCHEDULED = JobState.READY.value, JobState.SCHEDULED.value
 WAIT_MS = 250
-"""How long one poll of the stream waits on the server; bounds how fast close() returns."""
+"""How long one poll of the stream waits on the server; bounds how fast a hub stops."""
+
+Entry = tuple[frozenset[str], Callable[[str], None]]
 
 
 class Silent:
@@ -37,25 +42,55 @@ class Silent:
         """Nothing to stop."""
 
 
-class Watcher:
-    """A change stream on the jobs collection, calling back when a job may have become due.
+class Subscription:
+    """One subscriber of a driver's :class:`Hub`; ``close()`` ends it (idempotent)."""
 
-    Runs in a daemon thread. A lost connection or server restart reopens the stream
-    after a short pause; wake-ups missed meanwhile are covered by the caller's polling.
+    def __init__(self, hub: Hub, entry: Entry) -> None:
+        self._hub, self._entry = hub, entry
+
+    def close(self) -> None:
+        self._hub.remove(self._entry)
+
+
+class Hub:
+    """One change stream shared by a driver's subscriptions.
+
+    The stream is opened in :meth:`start`, in the caller's thread, so every change after
+    the first ``subscribe`` returns is seen; the thread then follows it, reopening after
+    the last event seen when the connection breaks.
     """
 
-    def __init__(self, driver: MongoDriver, queues: frozenset[str], callback: Callable[[str], None]) -> None:
-        self._driver, self._queues, self._callback = driver, queues, callback
+    def __init__(self, driver: MongoDriver) -> None:
+        self._driver = driver
+        self._lock = threading.Lock()
+        self._entries: list[Entry] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobcore-mongo-watch", daemon=True)
         self._stream: Any = None
         self._resume: Any = None
 
+    @property
+    def empty(self) -> bool:
+        with self._lock:
+            return not self._entries
+
     def start(self) -> None:
-        """Open the stream here, in the caller's thread, so every change after
-        ``subscribe`` returns is seen; then follow it in the background."""
         self._stream = self._open()
         self._thread.start()
+
+    def add(self, entry: Entry) -> Subscription:
+        with self._lock:
+            self._entries.append(entry)
+        return Subscription(self, entry)
+
+    def remove(self, entry: Entry) -> None:
+        with self._lock:
+            if entry not in self._entries:
+                return
+            self._entries.remove(entry)
+            idle = not self._entries
+        if idle:  # nobody listens: free the connection the long poll holds
+            self._driver._hub_idle(self)
 
     def _open(self) -> Any:
         pipeline = [{"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}}]
@@ -93,12 +128,19 @@ class Watcher:
     def _deliver(self, doc: dict[str, Any] | None) -> None:
         # The queue and due checks run here rather than in the stream's $match so the
         # filter does not depend on how a server orders updateLookup and user stages.
-        if not doc or doc.get("queue") not in self._queues:
+        if not doc:
             return
-        state, run_at = doc.get("state"), doc.get("run_at")
-        if state == READY or (state == SCHEDULED and isinstance(run_at, datetime) and run_at <= self._driver._now()):
+        queue, state, run_at = doc.get("queue"), doc.get("state"), doc.get("run_at")
+        due = state == READY or (
+            state == SCHEDULED and isinstance(run_at, datetime) and run_at <= self._driver._now()
+        )
+        if not due or not isinstance(queue, str):
+            return
+        with self._lock:
+            targets = [callback for queues, callback in self._entries if queue in queues]
+        for callback in targets:
             try:
-                self._callback(doc["queue"])
+                callback(queue)
             except Exception:
                 _log.exception("a wake-up callback raised; the subscription goes on")
 
@@ -106,4 +148,3 @@ class Watcher:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=WAIT_MS / 1000 * 8)
-

@@ -141,32 +141,46 @@ def test_a_session_of_another_client_is_refused(driver: MongoDriver, server: fx.
     assert driver._jobs.count_documents({}) == 0
 
 
-def test_change_stream_wakes_a_subscriber(driver: MongoDriver) -> None:
+def test_change_stream_wakes_subscribers(driver: MongoDriver) -> None:
     """subscribe() calls back when a job of a watched queue becomes ready (not for other queues or
-    future jobs); close() stops it."""
+    future jobs); subscriptions share one stream, and close() ends each on its own."""
     if "notify" not in driver.capabilities:
         pytest.skip("the server offers no change streams")
-    woken: list[str] = []
-    event = threading.Event()
+    woken: list[tuple[str, str]] = []
+    events = {"mail": threading.Event(), "sms": threading.Event()}
 
-    def callback(queue: str) -> None:
-        woken.append(queue)
-        event.set()
+    def listener(name: str) -> Callable[[str], None]:
+        def callback(queue: str) -> None:
+            woken.append((name, queue))
+            events[name].set()
 
-    subscription = driver.subscribe(["mail"], callback)
+        return callback
+
+    mail = driver.subscribe(["mail"], listener("mail"))
+    sms = driver.subscribe(["sms", "mail"], listener("sms"))
+    assert driver._hub is not None
     try:
         # The stream is open once subscribe() returns: the very next change is seen.
         driver.enqueue("other", queue="elsewhere")
         driver.enqueue("later", queue="mail", delay=60)
         driver.enqueue("send", queue="mail")
-        assert event.wait(10)
-        assert woken == ["mail"]
+        assert events["mail"].wait(10)
+        assert events["sms"].wait(10)
+        assert sorted(woken) == [("mail", "mail"), ("sms", "mail")]
+        mail.close()
+        events["sms"].clear()
+        driver.enqueue("text", queue="sms")
+        assert events["sms"].wait(10)
+        assert ("sms", "sms") in woken
+        assert len(woken) == 3
     finally:
-        subscription.close()
-    event.clear()
+        mail.close()
+        sms.close()
+    assert driver._hub is None  # the last close stopped the stream
+    events["mail"].clear()
     driver.enqueue("send", queue="mail")
-    assert not event.wait(1.0)
-    assert woken == ["mail"]
+    assert not events["mail"].wait(1.0)
+    assert len(woken) == 3
 
 
 @pytest.fixture
