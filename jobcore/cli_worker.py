@@ -95,6 +95,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
     parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
     parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="serve Prometheus metrics on this port at /metrics (needs jobcore[metrics]; default: off)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
     parser.set_defaults(func=run_worker)
 
@@ -127,12 +131,25 @@ def _run_worker(args: argparse.Namespace) -> int:
         queues, concurrency=args.concurrency, lease=args.lease, driver=driver, poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
     )
+    metrics = None
+    if args.metrics_port is not None:
+        from jobcore.metrics import start_metrics_server  # noqa: PLC0415 - the optional extra loads only when asked
+
+        try:
+            metrics = start_metrics_server(args.metrics_port, driver=driver)
+        except BaseException:
+            if owned:
+                driver.close()
+            raise
+        worker.log.info("serving metrics on port %d at /metrics", metrics.port)
     previous = set_job_driver(driver)
     restore = _install_signal_handlers(worker)
     try:
         worker.run()
     finally:
         restore()
+        if metrics is not None:
+            metrics.close()
         set_job_driver(previous)
         if owned:
             driver.close()

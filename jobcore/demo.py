@@ -285,7 +285,8 @@ class Demo:
             self.screen.bar(
                 f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished  "
                 f"running {counts['running']:3d}  waiting {counts['ready'] + counts['scheduled']:5d}  "
-                f"retries {retried:3d}  dead {counts['dead'] - self.baseline['dead']}  {rate:6.0f} jobs/s  {elapsed:4.1f}s",
+                f"retries {retried:3d}  dead {counts['dead'] - self.baseline['dead']}  "
+                f"{rate:6.0f} jobs/s  {elapsed:4.1f}s",
                 force=finished >= total,
             )
             if finished >= total and counts["running"] == 0 and not (counts["ready"] or counts["scheduled"]):

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobcore import events
 from jobcore import validate as v
 from jobcore.backoff import DEFAULT_BACKOFF
 from jobcore.clock import to_millis
@@ -150,7 +151,7 @@ class _Attempt:
 
     __slots__ = (
         "claimed", "ctx", "deadline", "handle", "lease_until", "log", "next_beat", "slot_holder", "slot_key",
-        "status", "task",
+        "started_at", "status", "task",
     )
 
     def __init__(self, claimed: Claimed, handle: JobHandle | None, ctx: JobContext, log: logging.LoggerAdapter[Any]):
@@ -161,6 +162,7 @@ class _Attempt:
         self.status = "running"
         self.lease_until: datetime = claimed.job.lease_expires_at or claimed.job.attempted_at or claimed.job.run_at
         self.next_beat = 0.0
+        self.started_at = time.monotonic()  # real time, for the attempt-duration event field
         self.deadline: float | None = None
         self.slot_key: str | None = None
         self.slot_holder = ""
@@ -423,15 +425,21 @@ class Worker:
             self.log.exception("rescue sweep failed")
             return
         if rescued.requeued:
-            self.log.info("rescue put %d jobs with lapsed leases back to ready", rescued.requeued)
+            events.emit(
+                "rescued", None, "rescue put %d jobs with lapsed leases back to ready", rescued.requeued,
+                outcome="requeued", count=rescued.requeued, worker_id=self.worker_id,
+            )
         for job in rescued.buried:
             self._announce_buried(job)
 
     def _announce_buried(self, job: Job) -> None:
         self._count("buried", 1)
-        job_logger(logger, job).error(
+        events.emit(
+            "buried", job,
             "job %s (%s) buried %s: its lease lapsed on the final attempt %d of %d (the worker likely crashed)",
-            job.id, job.name, job.state, job.attempt, job.max_attempts,
+            job.id, job.name, job.state, job.attempt, job.max_attempts, level=logging.ERROR,
+            outcome=JobState(job.state).value, error_type=job.errors[-1].type if job.errors else None,
+            worker_id=self.worker_id,
         )
         self._fire(job, "buried")
 
@@ -463,7 +471,10 @@ class Worker:
             self._active[job.id] = attempt
             self._busy += 1
         self._keeper_wake.set()
-        log.debug("job %s (%s) attempt %d started", job.id, job.name, job.attempt)
+        events.emit(
+            "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
+            level=logging.DEBUG, outcome="running", worker_id=self.worker_id,
+        )
         if handle.is_async:
             loop = self._ensure_loop()
             asyncio.run_coroutine_threadsafe(self._run_async(attempt), loop)
@@ -662,9 +673,10 @@ class Worker:
             attempt.status = "lost"
             self._active.pop(attempt.job.id, None)
         self._count("lost", 1)
-        attempt.log.warning(
-            "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
-            attempt.job.id, attempt.job.name, attempt.job.attempt, reason,
+        events.emit(
+            "lease_lost", attempt.job, "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
+            attempt.job.id, attempt.job.name, attempt.job.attempt, reason, level=logging.WARNING,
+            outcome="called_off", duration_s=time.monotonic() - attempt.started_at, worker_id=self.worker_id,
         )
         self._call_off(attempt, reason)
         self._release_slot(attempt)
@@ -781,11 +793,17 @@ class Worker:
         job = attempt.job
         if answer is None:
             self._count("not_landed", 1)
-            attempt.log.warning(
+            events.emit(
+                "lease_lost", job,
                 "settle of job %s (%s) did not land: its lease was lost (reclaimed, cancelled or removed)",
-                job.id, job.name,
+                job.id, job.name, level=logging.WARNING, outcome="not_landed",
+                duration_s=time.monotonic() - attempt.started_at, worker_id=self.worker_id,
             )
             return
+        fields: dict[str, Any] = {
+            "error_type": type(item.error).__name__ if item.kind == "nack" and item.error is not None else None,
+            "duration_s": time.monotonic() - attempt.started_at, "worker_id": self.worker_id,
+        }
         outcome: str | None
         if item.kind == "ack":
             outcome = "completed"
@@ -797,14 +815,25 @@ class Worker:
             outcome = None
             if answer.state is JobState.SCHEDULED:
                 self._count("retried", 1)
-                attempt.log.info(
-                    "job %s (%s) will retry at %s (attempt %d of %d failed)", job.id, job.name,
+                # An attempt given back (not counted) is "released"; a failed one is a "retry".
+                given_back = item.options.get("counts_as_attempt") is False
+                events.emit(
+                    "settled", job, "job %s (%s) will retry at %s (attempt %d of %d failed)", job.id, job.name,
                     answer.run_at.isoformat(), answer.attempt, answer.max_attempts,
+                    outcome="released" if given_back else "retry", **fields,
+                )
+            else:
+                events.emit(
+                    "settled", job, "job %s (%s) settled %s", job.id, job.name, JobState(answer.state).value,
+                    outcome=JobState(answer.state).value, **fields,
                 )
         if outcome is not None:
             self._count(outcome)
             level = logging.INFO if outcome == "completed" else logging.ERROR
-            attempt.log.log(level, "job %s (%s) %s", job.id, job.name, outcome.replace("_", " "))
+            events.emit(
+                "settled", job, "job %s (%s) %s", job.id, job.name, outcome.replace("_", " "), level=level,
+                outcome=outcome, **fields,
+            )
             self._fire(answer, outcome)
 
     def _fire(self, job: Job, outcome: str) -> None:

@@ -49,6 +49,7 @@ DEADLINE_SECONDS = 90.0
 KILL_EVERY = tuple(float(x) for x in os.environ.get("JOBCORE_CRASH_KILL_EVERY", "0.8,1.6").split(","))
 """Seconds between two kills (uniform): long enough for a replacement to start and work."""
 SLOW_CYCLE = 0.025
+PROBE_JOBS = 1000
 """A claim+ack cycle slower than this (seconds) marks a slow test server (the pure-Python
 MongoDB-wire one): the run is scaled down so it still ends in about a minute."""
 
@@ -65,13 +66,17 @@ class Plan:
 
 def plan_for(driver: JobDriver) -> Plan:
     """Size the run to the store: a few thousand jobs on a real server, fewer on a slow one."""
+    # Measure with a store about the run's size: a server that is quick on an empty
+    # collection may crawl at a few thousand documents (the MongoDB stand-in does).
+    driver.enqueue_many([{"name": "crash.probe", "queue": "crash-probe"}] * PROBE_JOBS)
     cycles = []
     for _ in range(5):
-        driver.enqueue("crash.probe", None, queue="crash-probe")
         started = time.perf_counter()
         claimed = driver.claim(["crash-probe"], worker_id="probe", lease=30).claimed
         driver.ack(claimed[0].token)
         cycles.append(time.perf_counter() - started)
+    while driver.introspect.remove_many(JobFilter(queue="crash-probe")).remaining:
+        pass
     cycle = sorted(cycles)[2]
     if cycle < SLOW_CYCLE:
         return Plan(WORK_JOBS, LEASE_SECONDS, (KILL_EVERY[0], KILL_EVERY[1]), DEADLINE_SECONDS)

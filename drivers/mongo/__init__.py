@@ -55,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import attrs
 from bson.codec_options import CodecOptions
@@ -148,12 +148,20 @@ class MongoDriver:
     @property
     def url(self) -> str:
         """A ``mongodb://`` URL reaching this driver's database, for ``jobcore.connect`` in
-        another process (the CLI, a worker). Only the default collection prefix travels."""
+        another process (the CLI, a worker). Only the default collection prefix travels, and a
+        handed-in client's credentials do not."""
         if self._uri is not None:
             base = urlsplit(self._uri)
-        else:
-            hosts = ",".join(f"{host}:{port}" for host, port in sorted(self._client.nodes)) or "localhost"
-            base = urlsplit(f"mongodb://{hosts}")
+        else:  # a client handed in: its seed list and the options that decide topology
+            seeds = self._client.topology_description.server_descriptions()
+            hosts = ",".join(f"{host}:{port}" for host, port in sorted(seeds))
+            options = self._client.options
+            query = []
+            if options.direct_connection is not None:
+                query.append(("directConnection", str(options.direct_connection).lower()))
+            if options.replica_set_name:
+                query.append(("replicaSet", options.replica_set_name))
+            base = urlsplit(f"mongodb://{hosts}/?{urlencode(query)}")
         return urlunsplit(base._replace(path="/" + self._jobs.database.name))
 
     # -- capabilities, schema ------------------------------------------------------------

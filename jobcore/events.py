@@ -1,0 +1,117 @@
+"""Structured events: one log record per job transition a worker makes, with stable fields.
+
+The worker calls :func:`emit` where a transition lands: an attempt starts, a settle lands
+(``settled``), a lapsed final attempt is buried (``buried``), a lease is lost
+(``lease_lost``), a rescue sweep puts jobs back (``rescued``). Each call writes exactly one
+record on the :data:`EVENT_LOGGER` logger whose ``extra`` fields are named in
+:data:`FIELDS` (missing values are ``None``), so log pipelines can index them by name.
+The same :class:`Event` goes to every hook added with :func:`add_hook` first, whatever
+the logging configuration (the metrics of :mod:`jobcore.metrics` are one such hook).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from jobcore.records import Job
+
+__all__ = [
+    "EVENTS", "EVENT_LOGGER", "FIELDS", "Event", "EventHook", "add_hook", "emit", "remove_hook",
+]
+
+EVENT_LOGGER = "jobcore.events"
+"""The logger every event record is written to."""
+
+EVENTS = ("started", "settled", "buried", "lease_lost", "rescued")
+"""Values of the ``event`` field. ``started`` is logged at DEBUG; the others at INFO or above."""
+
+FIELDS = (
+    "event", "job_id", "job_name", "queue", "attempt", "outcome", "error_type", "duration_s", "count", "worker_id",
+)
+"""The ``extra`` fields on every event record (stable names; a value that does not apply is ``None``)."""
+
+logger = logging.getLogger(EVENT_LOGGER)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """One transition, as hooks receive it and as the record's fields carry it.
+
+    Attributes:
+        event: One of :data:`EVENTS`.
+        job_id: The job's id (``None`` for a ``rescued`` sweep).
+        job_name: The job's name.
+        queue: The job's queue.
+        attempt: The attempt number the transition ends or starts.
+        outcome: ``completed``, ``retry``, ``released``, ``failed``, ``dead_lettered``,
+            ``dropped`` (settled); ``dead`` or ``failed`` (buried); ``called_off`` or
+            ``not_landed`` (lease_lost); ``requeued`` (rescued); ``running`` (started).
+        error_type: The error's type name for failed attempts and burials, else ``None``.
+        duration_s: Seconds the attempt ran in this worker (settled, lease_lost).
+        count: Jobs a ``rescued`` sweep put back to ``ready``.
+        worker_id: The worker that saw the transition.
+    """
+
+    event: str
+    job_id: str | None = None
+    job_name: str | None = None
+    queue: str | None = None
+    attempt: int | None = None
+    outcome: str | None = None
+    error_type: str | None = None
+    duration_s: float | None = None
+    count: int | None = None
+    worker_id: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The record's ``extra``: every name of :data:`FIELDS`."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+
+EventHook = Callable[[Event], Any]
+
+_hooks: list[EventHook] = []
+_hooks_lock = threading.Lock()
+
+
+def add_hook(hook: EventHook) -> None:
+    """Call ``hook(event)`` for every event from now on (errors in it are logged and contained)."""
+    with _hooks_lock:
+        _hooks.append(hook)
+
+
+def remove_hook(hook: EventHook) -> None:
+    """Stop calling ``hook``; a hook never added is ignored."""
+    with _hooks_lock:
+        if hook in _hooks:
+            _hooks.remove(hook)
+
+
+def emit(
+    event: str, job: Job | None, message: str, *args: object, level: int = logging.INFO,
+    exc_info: Any = None, **values: Any,
+) -> Event:
+    """Tell the hooks about one transition of ``job``, then log ``message % args`` once with its fields.
+
+    ``values`` fill the other :class:`Event` attributes (outcome, error_type, ...).
+    """
+    if job is not None:
+        values.setdefault("job_id", job.id)
+        values.setdefault("job_name", job.name)
+        values.setdefault("queue", job.queue)
+        values.setdefault("attempt", job.attempt)
+    record = Event(event=event, **values)
+    with _hooks_lock:
+        hooks = list(_hooks)
+    for hook in hooks:
+        try:
+            hook(record)
+        except Exception:  # a broken hook must not stop the worker settling jobs
+            logger.exception("event hook %r failed on a %s event", hook, event)
+    logger.log(level, message, *args, extra=record.fields(), exc_info=exc_info)
+    return record
