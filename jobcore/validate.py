@@ -47,8 +47,10 @@ __all__ = [
     "check_filter",
     "check_id",
     "check_int",
+    "check_nack_flags",
     "check_name",
     "check_page",
+    "check_pairs",
     "check_spread",
     "check_state",
     "check_time",
@@ -454,6 +456,27 @@ def check_filter(value: object) -> JobFilter:
         if getattr(value, field) is not None:
             check_time(getattr(value, field), field)
     return value
+
+
+def check_pairs(items: object) -> list[tuple[Any, Any]]:
+    """``ack_many``'s items as ``(token, result)`` pairs (each still to be checked)."""
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
+    out = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise OptionInvalid("each item must be a (token, result) pair", "pass [(token, result), ...]")
+        out.append((item[0], item[1]))
+    return out
+
+
+def check_nack_flags(**flags: object) -> None:
+    """``nack``'s flags: each a real bool, and not ``fail`` with ``park``."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise OptionInvalid(f"{name} must be True or False, got {value!r:.40}", f"pass {name}=True or False")
+    if flags["fail"] and flags["park"]:
+        raise OptionInvalid("fail=True and park=True were both given", "fail the job or park it, not both")
 
 
 def check_bulk_limit(limit: object) -> int:

@@ -346,7 +346,7 @@ class MemoryDriver:
 
     def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
         checked: list[tuple[ClaimToken, str | None]] = []
-        for item in _pairs(items):
+        for item in v.check_pairs(items):
             token, result = item
             checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
         answers: list[Job | None] = []
@@ -369,7 +369,7 @@ class MemoryDriver:
         v.check_token(token)
         type_name, message = v.error_entry(error)
         due = None if retry_at is None else v.check_time(retry_at, "retry_at")
-        _flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
+        v.check_nack_flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
         with self._lock:
             now = self._now()
             row = self._current(token)
@@ -424,25 +424,6 @@ def _seq_of(job_id: object) -> int | None:
     if not isinstance(job_id, str) or not (job_id.isascii() and job_id.isdigit()) or len(job_id) > 19:
         return None
     return int(job_id) if job_id == str(int(job_id)) else None
-
-
-def _pairs(items: object) -> list[tuple[Any, Any]]:
-    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
-        raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
-    out = []
-    for item in items:
-        if not isinstance(item, tuple | list) or len(item) != 2:
-            raise OptionInvalid("each item must be a (token, result) pair", "pass [(token, result), ...]")
-        out.append((item[0], item[1]))
-    return out
-
-
-def _flags(**flags: object) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise OptionInvalid(f"{name} must be True or False, got {value!r:.40}", f"pass {name}=True or False")
-    if flags["fail"] and flags["park"]:
-        raise OptionInvalid("fail=True and park=True were both given", "fail the job or park it, not both")
 
 
 class _MemoryLeases:

@@ -389,7 +389,7 @@ class PostgresDriver:
 
     def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
         checked: list[tuple[ClaimToken, str | None]] = []
-        for token, result in _pairs(items):
+        for token, result in v.check_pairs(items):
             checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
         answers: list[Job | None] = [None] * len(checked)
         ids, workers, claims, results, where = [], [], [], [], []
@@ -423,7 +423,7 @@ class PostgresDriver:
         v.check_token(token)
         type_name, message = v.error_entry(error)
         due = None if retry_at is None else v.check_time(retry_at, "retry_at")
-        _flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
+        v.check_nack_flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
         fence = self._fence(token)
         if fence is None:
             return None
@@ -473,22 +473,4 @@ class PostgresDriver:
     def __repr__(self) -> str:
         return f"PostgresDriver(schema={self.schema!r}, clock={self.clock!r})"
 
-
-def _pairs(items: object) -> list[tuple[Any, Any]]:
-    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
-        raise OptionInvalid("items must be a list of (token, result) pairs", "pass [(token, result), ...]")
-    out = []
-    for item in items:
-        if not isinstance(item, tuple | list) or len(item) != 2:
-            raise OptionInvalid("each item must be a (token, result) pair", "pass [(token, result), ...]")
-        out.append((item[0], item[1]))
-    return out
-
-
-def _flags(**flags: object) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise OptionInvalid(f"{name} must be True or False, got {value!r:.40}", f"pass {name}=True or False")
-    if flags["fail"] and flags["park"]:
-        raise OptionInvalid("fail=True and park=True were both given", "fail the job or park it, not both")
 
