@@ -10,7 +10,7 @@ from __future__ import annotations
 from jobcore.backoff import Backoff
 from jobcore.clock import Clock, ManualClock, SystemClock
 from jobcore.current import cancel_job, connect, get_job_driver, set_job_driver, use_job_driver
-from jobcore.driver import Introspector, JobDriver, LeaseStore
+from jobcore.driver import Introspector, JobDriver, LeaseStore, ScheduleStore
 from jobcore.errors import JobcoreError
 from jobcore.records import (
     FINISHED_STATES,
@@ -25,7 +25,11 @@ from jobcore.records import (
     JobSpec,
     JobState,
     Page,
+    PruneResult,
     RescueResult,
+    RetentionPolicy,
+    Schedule,
+    ScheduleOutcome,
     Stats,
 )
 from jobcore.registry import JobContext, JobHandle, Registry, job
@@ -56,7 +60,12 @@ __all__ = [
     "ManualClock",
     "Page",
     "Registry",
+    "PruneResult",
     "RescueResult",
+    "RetentionPolicy",
+    "Schedule",
+    "ScheduleOutcome",
+    "ScheduleStore",
     "Stats",
     "SystemClock",
     "Worker",

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMAND_MODULES", "EXIT_CODES", "build_parser", "exit_code_for", "main"]
 
-COMMAND_MODULES = ("jobcore.cli_ops", "jobcore.cli_worker", "jobcore.demo")
+COMMAND_MODULES = (
+    "jobcore.cli_ops",
+    "jobcore.cli_worker",
+    "jobcore.cli_schedules",
+    "jobcore.cli_prune",
+    "jobcore.demo",
+)
 
 EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
     (errors.InvalidInput, 2),

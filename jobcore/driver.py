@@ -33,7 +33,11 @@ from jobcore.records import (
     JobFilter,
     JobSpec,
     Page,
+    PruneResult,
     RescueResult,
+    RetentionPolicy,
+    Schedule,
+    ScheduleOutcome,
     Stats,
 )
 
@@ -43,6 +47,7 @@ __all__ = [
     "Introspector",
     "JobDriver",
     "LeaseStore",
+    "ScheduleStore",
     "Subscription",
 ]
 
@@ -215,6 +220,114 @@ class Introspector(Protocol):
         """Make up to ``limit`` ``scheduled`` jobs matching ``filter`` due now (O05)."""
         ...
 
+    def prune(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        limit: int = ...,
+        batch: int = ...,
+        dry_run: bool = False,
+    ) -> PruneResult:
+        """Delete finished jobs older than ``policy`` allows for their state (R01).
+
+        A job is eligible when it is ``done``, ``failed``, ``cancelled`` or ``dead`` and
+        its ``finished_at`` is at or before ``now - policy.age(state)``; a state whose
+        age is ``None`` is kept forever. Live jobs are never touched. ``policy=None``
+        means :class:`RetentionPolicy`'s defaults.
+
+        Deletes at most ``limit`` rows (1..MAX_PRUNE_ROWS), oldest ``finished_at``
+        first, in batches of at most ``batch`` rows (1..MAX_BULK_ROWS), each its own
+        short atomic step, so pruning never holds long locks on the claim path.
+        ``dry_run=True`` deletes nothing and answers what is eligible as ``remaining``.
+        Answers rows removed and rows still eligible, per state. A second call with
+        nothing eligible removes nothing.
+
+        Pruning never revives anything (R02): a finished job holds no idempotency key
+        (E02), so deleting it frees nothing; schedule watermarks live apart from jobs,
+        so no occurrence fires again. Refused: a policy that is not a
+        :class:`RetentionPolicy` or has a negative age, ``limit``/``batch`` out of range
+        (``JC_OPTION_INVALID``).
+        """
+        ...
+
+
+@runtime_checkable
+class ScheduleStore(Protocol):
+    """The durable state of periodic schedules (rules P): declarations and watermarks.
+
+    The store does not parse cron expressions or compute occurrences; that is
+    :mod:`jobcore.schedules`' work, the same on every driver. The store's job is to
+    make each occurrence fire at most once however many schedulers race (P01): the
+    watermark moves only by compare-and-set, atomically with the job it enqueues.
+    """
+
+    def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
+        """Create schedule ``name`` or replace its definition; answers it as stored.
+
+        A new schedule starts with ``watermark = start`` (default now), so nothing
+        before its declaration fires. An existing one keeps its watermark, pause flag
+        and ``last_*`` fields; only ``definition`` (and ``updated_at`` when it changed)
+        moves. Idempotent, and racing declarers of one name end with one schedule.
+        Refused: an empty or over-long name, a definition that is not a JSON object
+        (``JC_SCHEDULE_INVALID``).
+        """
+        ...
+
+    def get(self, name: str) -> Schedule | None:
+        """The schedule, or ``None``."""
+        ...
+
+    def list(self) -> builtins.list[Schedule]:
+        """Every schedule, by name."""
+        ...
+
+    def fire(
+        self,
+        name: str,
+        *,
+        expected: datetime,
+        occurrence: datetime,
+        job: JobSpec | None,
+        outcome: ScheduleOutcome | str = ScheduleOutcome.FIRED,
+        overlap: bool = True,
+    ) -> Schedule | None:
+        """Handle one occurrence: move the watermark from ``expected`` to ``occurrence`` (P01).
+
+        In one atomic step, and only while the schedule exists, is not paused and its
+        watermark equals ``expected``:
+
+        * the watermark becomes ``occurrence``, ``last_fired_at`` now and
+          ``last_outcome`` ``outcome``;
+        * with ``overlap=False`` and ``last_job_id`` naming a live job (P03), nothing is
+          enqueued and ``last_outcome`` is ``skipped_overlap``;
+        * otherwise ``job`` (when given) is enqueued as ``enqueue_many([job])`` would,
+          and ``last_job_id`` names it.
+
+        Answers the schedule as it now stands, or ``None`` when the compare-and-set
+        lost (another scheduler moved the watermark first, the schedule is paused or
+        unknown); then nothing is enqueued. A job of a handled occurrence is never
+        enqueued again, even after it finished and was pruned (R02). Refused:
+        ``occurrence`` not after ``expected``, naive datetimes, an invalid ``job``
+        (``JC_OPTION_INVALID`` / ``JC_PAYLOAD_INVALID``).
+        """
+        ...
+
+    def pause(self, name: str) -> Schedule | None:
+        """Stop the schedule firing; ``None`` for an unknown name. Idempotent."""
+        ...
+
+    def resume(self, name: str) -> Schedule | None:
+        """Let a paused schedule fire again; ``None`` for an unknown name.
+
+        The watermark moves to ``max(watermark, now)``: occurrences that fell during
+        the pause never fire. Resuming a running schedule changes nothing.
+        """
+        ...
+
+    def remove(self, name: str) -> bool:
+        """Delete the schedule and its watermark; ``False`` when there was none."""
+        ...
+
 
 @runtime_checkable
 class JobDriver(Protocol):
@@ -224,13 +337,15 @@ class JobDriver(Protocol):
         clock: The only source of "now" for this driver.
         capabilities: Names from :data:`CAPABILITIES` this driver offers.
         leases: Fleet-wide counted slots (rules K).
-        introspect: Reads and operator verbs (rules O, C10).
+        introspect: Reads and operator verbs (rules O, C10, R).
+        schedules: Periodic schedules' declarations and watermarks (rules P).
     """
 
     clock: Clock
     capabilities: frozenset[str]
     leases: LeaseStore
     introspect: Introspector
+    schedules: ScheduleStore
 
     def enqueue(
         self,

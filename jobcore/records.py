@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from jobcore.errors import OptionInvalid
+
 __all__ = [
     "FINISHED_STATES",
     "LIVE_STATES",
@@ -28,7 +30,11 @@ __all__ = [
     "JobSpec",
     "JobState",
     "Page",
+    "PruneResult",
     "RescueResult",
+    "RetentionPolicy",
+    "Schedule",
+    "ScheduleOutcome",
     "Stats",
 ]
 
@@ -302,3 +308,114 @@ class Stats:
         st = JobState(state)
         queues = [queue] if queue is not None else list(self.counts)
         return sum(self.counts.get(q, {}).get(st, 0) for q in queues)
+
+
+def _age(value: object) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    raise OptionInvalid(
+        f"a retention age must be a timedelta, seconds as a number, or None, got {type(value).__name__} {value!r:.60}",
+        "pass datetime.timedelta(days=...), a number of seconds, or None to keep that state forever",
+    )
+
+
+@attrs.frozen(kw_only=True)
+class RetentionPolicy:
+    """How long finished jobs are kept, per finished state (rules R).
+
+    An age is a ``timedelta`` (or seconds as a number) counted from the job's
+    ``finished_at``; ``None`` keeps that state forever. The defaults keep what an
+    operator may still act on longest: ``done`` rows are the bulk of a queue's churn
+    and the least looked at, ``dead`` rows wait for a human.
+
+    Attributes:
+        done: Age after which ``done`` jobs are pruned (default 1 day).
+        failed: Age for ``failed`` jobs (default 7 days).
+        cancelled: Age for ``cancelled`` jobs (default 7 days).
+        dead: Age for ``dead`` (dead-lettered) jobs (default 30 days).
+    """
+
+    done: timedelta | None = attrs.field(default=timedelta(days=1), converter=_age)
+    failed: timedelta | None = attrs.field(default=timedelta(days=7), converter=_age)
+    cancelled: timedelta | None = attrs.field(default=timedelta(days=7), converter=_age)
+    dead: timedelta | None = attrs.field(default=timedelta(days=30), converter=_age)
+
+    def age(self, state: JobState | str) -> timedelta | None:
+        """The age for one finished state (``None``: kept forever)."""
+        value: timedelta | None = getattr(self, JobState(state).value)
+        return value
+
+
+@attrs.frozen(kw_only=True)
+class PruneResult:
+    """What ``introspect.prune`` answers (R01).
+
+    Attributes:
+        removed: Jobs deleted by this call, per finished state (every finished state
+            present, zeros included).
+        remaining: Jobs still eligible under the policy after this call, per state.
+    """
+
+    removed: Mapping[JobState, int]
+    remaining: Mapping[JobState, int]
+
+    @property
+    def total_removed(self) -> int:
+        """Jobs deleted by this call, all states together."""
+        return sum(self.removed.values())
+
+    @property
+    def total_remaining(self) -> int:
+        """Jobs a further call could still delete."""
+        return sum(self.remaining.values())
+
+
+class ScheduleOutcome(str, enum.Enum):
+    """What a schedule's latest handled occurrence did (rules P)."""
+
+    FIRED = "fired"
+    """A job was enqueued for the occurrence."""
+    CATCH_UP = "catch_up"
+    """One job was enqueued standing for occurrences missed during downtime (policy ``once``)."""
+    SKIPPED_OVERLAP = "skipped_overlap"
+    """Nothing was enqueued: the previous job was still live and the schedule forbids overlap."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen(kw_only=True)
+class Schedule:
+    """A periodic schedule as the store holds it (rules P).
+
+    The store keeps the declaration as opaque JSON (``definition``, read by
+    :mod:`jobcore.schedules`) and the durable state that makes each occurrence fire
+    once: the watermark, moved only by compare-and-set.
+
+    Attributes:
+        name: Unique schedule name.
+        definition: The declaration (cron expression or interval, time zone, job name,
+            payload, queue, catch-up policy, overlap), as JSON data.
+        watermark: Every occurrence at or before this instant has been handled (fired
+            or skipped); nothing at or before it fires again.
+        paused: A paused schedule fires nothing.
+        last_fired_at: When (store clock) the watermark last moved by a firing.
+        last_outcome: What that firing did.
+        last_job_id: The job the latest firing enqueued (kept across skips).
+        created_at: When the schedule was first declared.
+        updated_at: When its definition or state last changed.
+    """
+
+    name: str
+    definition: Mapping[str, Any]
+    watermark: datetime = attrs.field(validator=check_aware)
+    paused: bool = False
+    last_fired_at: datetime | None = attrs.field(default=None, validator=check_aware)
+    last_outcome: ScheduleOutcome | None = attrs.field(
+        default=None, converter=attrs.converters.optional(ScheduleOutcome)
+    )
+    last_job_id: str | None = None
+    created_at: datetime = attrs.field(validator=check_aware)
+    updated_at: datetime = attrs.field(validator=check_aware)

@@ -24,7 +24,7 @@ from jobcore.errors import (
     PageInvalid,
     PayloadInvalid,
 )
-from jobcore.records import ClaimToken, JobFilter, JobSpec, JobState
+from jobcore.records import FINISHED_STATES, ClaimToken, JobFilter, JobSpec, JobState, RetentionPolicy
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -39,6 +39,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PRUNE_ROWS",
     "MIN_LEASE",
     "NewJob",
     "check_bulk_limit",
@@ -51,6 +52,7 @@ __all__ = [
     "check_name",
     "check_page",
     "check_pairs",
+    "check_prune",
     "check_spread",
     "check_state",
     "check_time",
@@ -62,6 +64,7 @@ __all__ = [
     "error_entry",
     "new_job",
     "new_jobs",
+    "prune_cutoffs",
 ]
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -78,6 +81,10 @@ MAX_BULK_ROWS = 1000
 """Most rows one ``*_many`` operator call moves."""
 MAX_ENQUEUE_BATCH = 10_000
 """Most specs one ``enqueue_many`` stores."""
+MAX_PRUNE_ROWS = 100_000
+"""Most rows one ``introspect.prune`` call deletes (in batches of at most MAX_BULK_ROWS)."""
+DEFAULT_PRUNE_ROWS = 10_000
+DEFAULT_PRUNE_BATCH = 500
 DEFAULT_PAGE = 100
 MAX_PAGE = 200
 DEFAULT_MAX_ATTEMPTS = 20
@@ -499,3 +506,34 @@ def spread_run_at(now: datetime, spread: timedelta, index: int, count: int) -> d
 def default_spread(count: int) -> timedelta:
     """The default requeue spread: 10 ms a row, at most 30 s (O06)."""
     return min(timedelta(milliseconds=10) * count, timedelta(seconds=30))
+
+
+# --- retention -----------------------------------------------------------------------
+
+
+def check_prune(policy: object, limit: object, batch: object) -> tuple[RetentionPolicy, int, int]:
+    """``introspect.prune``'s arguments: a policy (``None``: the defaults) and its bounds.
+
+    Every age must be ``None`` or a finite duration from 0 to MAX_DELAY.
+    """
+    if policy is None:
+        policy = RetentionPolicy()
+    if not isinstance(policy, RetentionPolicy):
+        raise OptionInvalid(
+            f"policy must be a RetentionPolicy, got {type(policy).__name__}",
+            fix="pass jobcore.RetentionPolicy(done=..., failed=..., cancelled=..., dead=...) or None",
+        )
+    for state in sorted(FINISHED_STATES):
+        age = policy.age(state)
+        if age is not None:
+            check_duration(age, f"policy.{state.value}", lo=timedelta(0), hi=MAX_DELAY)
+    return policy, check_int(limit, "limit", 1, MAX_PRUNE_ROWS), check_int(batch, "batch", 1, MAX_BULK_ROWS)
+
+
+def prune_cutoffs(policy: RetentionPolicy, now: datetime) -> dict[JobState, datetime]:
+    """Per finished state kept by ``policy`` for a limited time: jobs finished at or before this are eligible."""
+    return {
+        state: to_millis(now - age)
+        for state in sorted(FINISHED_STATES)
+        if (age := policy.age(state)) is not None
+    }
