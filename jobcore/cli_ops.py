@@ -21,12 +21,11 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from jobcore import validate as v
 from jobcore.current import connect
 from jobcore.driver import Introspector, JobDriver
-from jobcore.errors import JobNotCancellable, JobNotFound, NoDriver, OptionInvalid
+from jobcore.errors import JobNotCancellable, JobNotFound, NoDriver, OptionInvalid, redact_url
 from jobcore.records import FINISHED_STATES, LIVE_STATES, BulkResult, Job, JobError, JobFilter, JobState, Stats
 
 __all__ = ["ENV_URL", "job_to_dict", "register"]
@@ -200,16 +199,6 @@ def _show_text(job: Job, now: datetime) -> str:
 
 
 # -- arguments -------------------------------------------------------------------------
-
-
-def _redact(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @contextlib.contextmanager
@@ -387,7 +376,7 @@ def _cmd_rescue(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     with _driver(args) as driver:
         driver.migrate()
-    target = _redact(args.url or os.environ.get(ENV_URL) or "the given driver")
+    target = redact_url(args.url or os.environ.get(ENV_URL) or "the given driver")
     if args.json:
         _print_json({"migrated": True})
     else:

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobcore.driver import JobDriver
-from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid
+from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid, redact_url
 from jobcore.records import Job
 
 __all__ = ["cancel_job", "connect", "get_job_driver", "set_job_driver", "use_job_driver"]
@@ -42,8 +42,11 @@ def connect(url: str, **options: Any) -> JobDriver:
     entry-point group, naming a class with a ``from_url(url, **options)`` classmethod.
     """
     if not isinstance(url, str) or "://" not in url:
-        raise UrlInvalid(f"{url!r:.80} is not a driver URL")
-    scheme = urlsplit(url).scheme.lower()
+        raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a driver URL")
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:  # e.g. an unbalanced "[" in the host
+        raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid URL ({exc})") from None
     target = _SCHEMES.get(scheme)
     if target is None:
         for ep in entry_points(group=_ENTRY_POINT_GROUP):

@@ -40,6 +40,7 @@ original stays on ``__cause__``.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "SchemaOutdated",
     "UrlInvalid",
     "all_error_classes",
+    "redact_url",
 ]
 
 
@@ -294,3 +296,15 @@ def all_error_classes() -> list[type[JobcoreError]]:
         found.append(cls)
         pending.extend(cls.__subclasses__())
     return found
+
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@?#]*):[^@/?#]*@")
+
+
+def redact_url(text: object) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` URL in it masked.
+
+    Refusals quote the URL they were given so the operator can see what was wrong,
+    but a password must never reach a log or a terminal through an error message.
+    """
+    return _CREDENTIALS.sub(r"\g<scheme>\g<user>:***@", str(text))

@@ -23,8 +23,17 @@ from jobcore.errors import (
     OptionInvalid,
     PageInvalid,
     PayloadInvalid,
+    ScheduleInvalid,
 )
-from jobcore.records import FINISHED_STATES, ClaimToken, JobFilter, JobSpec, JobState, RetentionPolicy
+from jobcore.records import (
+    FINISHED_STATES,
+    ClaimToken,
+    JobFilter,
+    JobSpec,
+    JobState,
+    RetentionPolicy,
+    ScheduleOutcome,
+)
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -46,6 +55,7 @@ __all__ = [
     "check_claim",
     "check_duration",
     "check_filter",
+    "check_fire",
     "check_id",
     "check_int",
     "check_nack_flags",
@@ -53,6 +63,8 @@ __all__ = [
     "check_page",
     "check_pairs",
     "check_prune",
+    "check_schedule_definition",
+    "check_schedule_name",
     "check_spread",
     "check_state",
     "check_time",
@@ -511,11 +523,16 @@ def default_spread(count: int) -> timedelta:
 # --- retention -----------------------------------------------------------------------
 
 
-def check_prune(policy: object, limit: object, batch: object) -> tuple[RetentionPolicy, int, int]:
+def check_prune(
+    policy: object, limit: object, batch: object, *, dry_run: object = False,
+) -> tuple[RetentionPolicy, int, int]:
     """``introspect.prune``'s arguments: a policy (``None``: the defaults) and its bounds.
 
-    Every age must be ``None`` or a finite duration from 0 to MAX_DELAY.
+    Every age must be ``None`` or a finite duration from 0 to MAX_DELAY; ``dry_run``
+    a real bool (a truthy string must not turn a delete into a dry run, or back).
     """
+    if not isinstance(dry_run, bool):
+        raise OptionInvalid(f"dry_run must be True or False, got {dry_run!r:.40}", "pass dry_run=True or False")
     if policy is None:
         policy = RetentionPolicy()
     if not isinstance(policy, RetentionPolicy):
@@ -537,3 +554,48 @@ def prune_cutoffs(policy: RetentionPolicy, now: datetime) -> dict[JobState, date
         for state in sorted(FINISHED_STATES)
         if (age := policy.age(state)) is not None
     }
+
+
+# --- schedules -----------------------------------------------------------------------
+
+
+def check_schedule_name(value: object) -> str:
+    """A schedule name: the rules of :func:`check_name`, refused as ``JC_SCHEDULE_INVALID``."""
+    try:
+        return check_name(value, "schedule name")
+    except OptionInvalid as exc:
+        raise ScheduleInvalid(exc.cause, exc.fix) from None
+
+
+def check_schedule_definition(value: object) -> str:
+    """A schedule's declaration as its canonical JSON text: a JSON object (str keys, JSON data)."""
+    if not isinstance(value, dict):
+        raise ScheduleInvalid(
+            f"a schedule definition must be a JSON object (dict), got {type(value).__name__}",
+            "pass a dict with str keys holding JSON data",
+        )
+    try:
+        return encode_json(value, "schedule definition")
+    except PayloadInvalid as exc:
+        raise ScheduleInvalid(exc.cause, exc.fix) from None
+
+
+def check_fire(
+    expected: object, occurrence: object, outcome: object, overlap: object
+) -> tuple[datetime, datetime, ScheduleOutcome, bool]:
+    """``schedules.fire``'s scalar arguments: aware times with ``occurrence`` after ``expected``."""
+    old = check_time(expected, "expected")
+    new = check_time(occurrence, "occurrence")
+    if new <= old:
+        raise OptionInvalid(
+            f"occurrence {new.isoformat()} is not after expected {old.isoformat()}",
+            "pass the occurrence that follows the schedule's watermark",
+        )
+    try:
+        result = ScheduleOutcome(outcome)
+    except (ValueError, TypeError):
+        names = ", ".join(o.value for o in ScheduleOutcome)
+        raise OptionInvalid(f"outcome={outcome!r:.60} is not a schedule outcome", f"use one of {names}") from None
+    if not isinstance(overlap, bool):
+        raise OptionInvalid(f"overlap must be True or False, got {overlap!r:.40}", "pass overlap=True or False")
+    return old, new, result, overlap

@@ -34,6 +34,7 @@ from jobcore.errors import (
     JobNotResumable,
     OptionInvalid,
     UrlInvalid,
+    redact_url,
 )
 from jobcore.records import (
     FINISHED_STATES,
@@ -47,9 +48,13 @@ from jobcore.records import (
     JobFilter,
     JobState,
     Page,
+    PruneResult,
     RescueResult,
+    RetentionPolicy,
     Stats,
 )
+
+from ._schedules import MemorySchedules
 
 __all__ = ["MemoryDriver"]
 
@@ -145,12 +150,13 @@ class MemoryDriver:
         self._subscribers: list[tuple[frozenset[str], Callable[[str], None]]] = []
         self.leases = _MemoryLeases(self)
         self.introspect = _MemoryIntrospector(self)
+        self.schedules = MemorySchedules(self)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryDriver:
         """Build from ``memory://`` (the URL carries nothing else)."""
         if url.rstrip("/") != "memory:":
-            raise UrlInvalid(f"{url!r} carries options the memory driver does not take", "use memory://")
+            raise UrlInvalid(f"{redact_url(repr(url))} carries options the memory driver does not take", "use memory://")
         return cls(**options)
 
     # -- internals (call with the lock held) -------------------------------------------
@@ -692,3 +698,37 @@ class _MemoryIntrospector:
             result = BulkResult(affected=min(size, len(rows)), remaining=max(0, len(rows) - size))
         self._d._wake(queues)
         return result
+
+    # -- retention (R01) ---------------------------------------------------------------
+
+    def _prunable(self, cutoffs: dict[JobState, datetime]) -> builtins.list[tuple[datetime, int, _Row]]:
+        return [
+            (r.finished_at, r.seq, r) for r in self._d._rows.values()
+            if r.finished_at is not None and r.state in cutoffs and r.finished_at <= cutoffs[r.state]
+        ]
+
+    def prune(
+        self, policy: RetentionPolicy | None = None, *, limit: int = v.DEFAULT_PRUNE_ROWS,
+        batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
+    ) -> PruneResult:
+        rules, size, step = v.check_prune(policy, limit, batch, dry_run=dry_run)
+        with self._d._lock:
+            cutoffs = v.prune_cutoffs(rules, self._d._now())
+        removed = dict.fromkeys(sorted(FINISHED_STATES), 0)
+        total = 0
+        while not dry_run and total < size:
+            want = min(step, size - total)
+            # One batch per hold of the lock, so claims on other threads interleave with a long prune.
+            with self._d._lock:
+                rows = heapq.nsmallest(want, self._prunable(cutoffs), key=lambda t: (t[0], t[1]))
+                for _, _, row in rows:
+                    self._forget(row)
+                    removed[row.state] += 1
+            total += len(rows)
+            if len(rows) < want:
+                break
+        remaining = dict.fromkeys(sorted(FINISHED_STATES), 0)
+        with self._d._lock:
+            for _, _, row in self._prunable(cutoffs):
+                remaining[row.state] += 1
+        return PruneResult(removed=removed, remaining=remaining)

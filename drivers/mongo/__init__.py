@@ -68,7 +68,7 @@ from pymongo.uri_parser import parse_uri
 from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis, utc
 from jobcore.driver import Duration
-from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid
+from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState
 
 from . import _docs as d
@@ -109,7 +109,9 @@ class MongoDriver:
             try:
                 self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc)
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
-                raise UrlInvalid(f"{uri_or_client!r:.80} is not a MongoDB URI pymongo accepts ({exc})") from exc
+                raise UrlInvalid(
+                    f"{redact_url(repr(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact_url(exc)})"
+                ) from exc
             self._owns_client = True
             self._uri: str | None = uri_or_client
         elif isinstance(uri_or_client, MongoClient):
@@ -140,7 +142,7 @@ class MongoDriver:
         try:
             parsed = parse_uri(url)
         except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
-            raise UrlInvalid(f"{urlsplit(url).scheme}:// URL is not valid ({exc})") from exc
+            raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid mongodb:// URL ({redact_url(exc)})") from exc
         if parsed.get("database") and "database" not in options:
             options["database"] = parsed["database"]
         return cls(url, **options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pymongo import DESCENDING, ReturnDocument, UpdateOne
+from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
 from pymongo import errors as pe
 from pymongo.collection import Collection
 
@@ -33,7 +33,9 @@ from jobcore.records import (
     JobFilter,
     JobState,
     Page,
+    PruneResult,
     RescueResult,
+    RetentionPolicy,
     Stats,
 )
 
@@ -303,6 +305,43 @@ class MongoIntrospector:
                     raise
                 affected = int(exc.details.get("nModified", 0))
         return BulkResult(affected=affected, remaining=len(self._requeueable(query)))
+
+    # -- retention (R01) ---------------------------------------------------------------------
+
+    @translated
+    def prune(
+        self, policy: RetentionPolicy | None = None, *, limit: int = v.DEFAULT_PRUNE_ROWS,
+        batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
+    ) -> PruneResult:
+        rules, size, step = v.check_prune(policy, limit, batch, dry_run=dry_run)
+        cutoffs = v.prune_cutoffs(rules, self._d._now())
+        removed = dict.fromkeys(sorted(FINISHED_STATES), 0)
+        remaining = dict.fromkeys(sorted(FINISHED_STATES), 0)
+        if not cutoffs:  # every state kept forever
+            return PruneResult(removed=removed, remaining=remaining)
+        # One branch per state, each an equality on state and a range on finished_at, so
+        # each reads jc_finished (backwards) and the server merges them oldest first.
+        eligible: Doc = {"$or": [{"state": s.value, "finished_at": {"$lte": c}} for s, c in cutoffs.items()]}
+        picked_total = 0
+        while not dry_run and picked_total < size:
+            want = min(step, size - picked_total)
+            picked = list(
+                self._jobs.find(eligible, {"_id": 1, "state": 1})
+                .sort([("finished_at", ASCENDING), ("_id", ASCENDING)]).limit(want)
+            )
+            picked_total += len(picked)  # counts reads, not deletes: the loop ends even if every row moved away
+            for state in {JobState(p["state"]) for p in picked}:
+                ids = [p["_id"] for p in picked if p["state"] == state.value]
+                # The delete repeats the guard: a row requeued (or finished again) since the read stays.
+                gone = self._jobs.delete_many(
+                    {"_id": {"$in": ids}, "state": state.value, "finished_at": {"$lte": cutoffs[state]}},
+                )
+                removed[state] += gone.deleted_count
+            if len(picked) < want:
+                break
+        for row in self._jobs.aggregate([{"$match": eligible}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]):
+            remaining[JobState(row["_id"])] = int(row["n"])
+        return PruneResult(removed=removed, remaining=remaining)
 
 
 def _requeue_update(now: datetime, due: datetime) -> list[Doc]:

@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
 from jobcore.driver import Duration
-from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid
+from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job
 
 from . import _schema
@@ -171,7 +171,10 @@ class PostgresDriver:
         ``pool_min``, ``pool_max``, ``default_max_attempts``) are taken out; the rest of the
         URL goes to libpq unchanged. Keyword ``options`` win over the URL.
         """
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # e.g. an unbalanced "[" in the host
+            raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid URL ({exc})") from None
         if parts.scheme not in ("postgresql", "postgres"):
             raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
         taken: dict[str, Any] = {}

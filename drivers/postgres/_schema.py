@@ -70,6 +70,21 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # A queue table churns: vacuum it after 2% dead rows rather than the default 20%.
         "ALTER TABLE {jobs} SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02)",
     ),
+    # 4: periodic schedules (rules P): declarations and their compare-and-set watermarks.
+    # No foreign key to jobs: pruning deletes job rows, never schedules (R02).
+    (
+        """CREATE TABLE {schedules} (
+            name text PRIMARY KEY,
+            definition text NOT NULL,
+            watermark timestamptz NOT NULL,
+            paused boolean NOT NULL DEFAULT false,
+            last_fired_at timestamptz,
+            last_outcome text CHECK (last_outcome IN ('fired', 'catch_up', 'skipped_overlap')),
+            last_job_id bigint,
+            created_at timestamptz NOT NULL,
+            updated_at timestamptz NOT NULL
+        )""",
+    ),
 )
 LATEST: Final = len(MIGRATIONS)
 

@@ -391,6 +391,7 @@ def names(schema: str) -> dict[str, sql.Composable]:
     return {
         "jobs": sql.Identifier(schema, "jobs"),
         "leases": sql.Identifier(schema, "leases"),
+        "schedules": sql.Identifier(schema, "schedules"),
         "versions": sql.Identifier(schema, "schema_versions"),
         "seq": sql.SQL("{}::regclass").format(sql.Literal(sql.Identifier(schema, "jobs_id_seq").as_string())),
         "schema": sql.Identifier(schema),

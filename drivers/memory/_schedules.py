@@ -1,0 +1,140 @@
+"""The memory driver's :class:`~jobcore.driver.ScheduleStore`: schedules in a dict, under the driver's lock.
+
+This is the reference for the other drivers' schedule stores. Every method takes the
+driver's one lock, so a ``fire`` (compare-and-set of the watermark plus the enqueue
+of its job through the driver's own insert path) is atomic against every other
+call, on this driver and on any thread.
+"""
+
+from __future__ import annotations
+
+import builtins
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from jobcore import validate as v
+from jobcore.records import LIVE_STATES, JobSpec, JobState, Schedule, ScheduleOutcome
+
+if TYPE_CHECKING:
+    from . import MemoryDriver
+
+__all__ = ["MemorySchedules"]
+
+
+class _Entry:
+    """One stored schedule; mutated only under the driver's lock."""
+
+    __slots__ = (
+        "created_at", "definition", "last_fired_at", "last_job_id", "last_outcome", "name", "paused",
+        "updated_at", "watermark",
+    )
+
+    def __init__(self, name: str, definition: str, watermark: datetime, now: datetime) -> None:
+        self.name = name
+        self.definition = definition  # canonical JSON text, like payloads
+        self.watermark = watermark
+        self.paused = False
+        self.last_fired_at: datetime | None = None
+        self.last_outcome: ScheduleOutcome | None = None
+        self.last_job_id: str | None = None
+        self.created_at = now
+        self.updated_at = now
+
+    def schedule(self) -> Schedule:
+        return Schedule(
+            name=self.name, definition=v.decode_json(self.definition), watermark=self.watermark,
+            paused=self.paused, last_fired_at=self.last_fired_at, last_outcome=self.last_outcome,
+            last_job_id=self.last_job_id, created_at=self.created_at, updated_at=self.updated_at,
+        )
+
+
+class MemorySchedules:
+    """Periodic schedules' declarations and watermarks (rules P)."""
+
+    def __init__(self, driver: MemoryDriver) -> None:
+        self._d = driver
+        self._entries: dict[str, _Entry] = {}
+
+    def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
+        key = v.check_schedule_name(name)
+        text = v.check_schedule_definition(definition)
+        begin = None if start is None else v.check_time(start, "start")
+        with self._d._lock:
+            now = self._d._now()
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry(key, text, now if begin is None else begin, now)
+            elif entry.definition != text:
+                entry.definition, entry.updated_at = text, now
+            return entry.schedule()
+
+    def get(self, name: str) -> Schedule | None:
+        key = v.check_schedule_name(name)
+        with self._d._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else entry.schedule()
+
+    def list(self) -> builtins.list[Schedule]:
+        with self._d._lock:
+            return [self._entries[key].schedule() for key in sorted(self._entries)]
+
+    def fire(
+        self, name: str, *, expected: datetime, occurrence: datetime, job: JobSpec | None,
+        outcome: ScheduleOutcome | str = ScheduleOutcome.FIRED, overlap: bool = True,
+    ) -> Schedule | None:
+        key = v.check_schedule_name(name)
+        old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
+        d = self._d
+        woken: str | None = None
+        with d._lock:
+            now = d._now()
+            # checked before the compare-and-set: an invalid job is refused whoever wins
+            spec = None if job is None else v.new_jobs([job], now=now, default_max_attempts=d._default_max_attempts)[0]
+            entry = self._entries.get(key)
+            if entry is None or entry.paused or entry.watermark != old:
+                return None
+            entry.watermark, entry.last_fired_at, entry.updated_at = new, now, now
+            if not allow_overlap and self._live(entry.last_job_id):
+                entry.last_outcome = ScheduleOutcome.SKIPPED_OVERLAP
+            else:
+                entry.last_outcome = result
+                if spec is not None:
+                    row, duplicate = d._insert(spec, now)
+                    entry.last_job_id = str(row.seq)
+                    if not duplicate and row.state is JobState.READY:
+                        woken = row.queue
+            answer = entry.schedule()
+        if woken is not None:
+            d._wake((woken,))
+        return answer
+
+    def _live(self, job_id: str | None) -> bool:
+        """Whether ``job_id`` names a job still live (P03); call with the lock held."""
+        row = None if job_id is None else self._d.introspect._row(job_id)
+        return row is not None and row.state in LIVE_STATES
+
+    def pause(self, name: str) -> Schedule | None:
+        key = v.check_schedule_name(name)
+        with self._d._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if not entry.paused:
+                entry.paused, entry.updated_at = True, self._d._now()
+            return entry.schedule()
+
+    def resume(self, name: str) -> Schedule | None:
+        key = v.check_schedule_name(name)
+        with self._d._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry.paused:
+                now = self._d._now()
+                entry.paused, entry.watermark, entry.updated_at = False, max(entry.watermark, now), now
+            return entry.schedule()
+
+    def remove(self, name: str) -> bool:
+        key = v.check_schedule_name(name)
+        with self._d._lock:
+            return self._entries.pop(key, None) is not None
