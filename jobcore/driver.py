@@ -208,16 +208,16 @@ class Introspector(Protocol):
         of several finished rows sharing a name and key only the oldest is requeued.
         New due times are spread evenly over ``spread`` (default 10 ms a row, at most
         30 s) so a large requeue does not wake every worker at one instant; a row due
-        later than now is ``scheduled``.
+        later than now is ``scheduled``. Oldest first.
         """
         ...
 
     def remove_many(self, filter: JobFilter | None = None, *, limit: int = ...) -> BulkResult:
-        """Delete up to ``limit`` jobs matching ``filter`` in any state but ``running`` (O05)."""
+        """Delete up to ``limit`` jobs matching ``filter`` in any state but ``running`` (O05), oldest first."""
         ...
 
     def promote_many(self, filter: JobFilter | None = None, *, limit: int = ...) -> BulkResult:
-        """Make up to ``limit`` ``scheduled`` jobs matching ``filter`` due now (O05)."""
+        """Make up to ``limit`` ``scheduled`` jobs matching ``filter`` due now (O05), oldest first."""
         ...
 
     def prune(

@@ -336,14 +336,16 @@ def test_O05_limit_and_remaining_until_zero(driver: JobDriver) -> None:
 
 @pytest.mark.parametrize("verb", ["requeue_many", "remove_many", "promote_many"])
 def test_O05_remaining_reaches_zero_for_every_verb(driver: JobDriver, verb: str) -> None:
-    """requeue_many, remove_many and promote_many page down with limit too."""
+    """requeue_many, remove_many and promote_many page down with limit too, oldest first."""
     if verb == "promote_many":
-        driver.enqueue_many([JobSpec(name="a", delay=60) for _ in range(3)])
+        ids = [j.id for j in driver.enqueue_many([JobSpec(name="a", delay=60) for _ in range(3)])]
     else:
-        for _ in range(3):
-            finished_job(driver, "done")
+        ids = [finished_job(driver, "done").id for _ in range(3)]
+    before = [_state(driver, i) for i in ids]
     method = getattr(driver.introspect, verb)
     assert method(limit=2) == _bulk(2, 1)
+    moved = [_state(driver, i) != was for i, was in zip(ids, before, strict=True)]
+    assert moved == [True, True, False], "the two oldest rows move first"
     assert method(limit=2) == _bulk(1, 0)
 
 
