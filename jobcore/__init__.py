@@ -1,7 +1,8 @@
 """jobcore: durable background jobs with one driver protocol and three backends that agree.
 
 Start with :func:`connect` and :func:`set_job_driver`; declare handlers with ``@job``
-and run them with :class:`Worker`. The contract every driver keeps is in
+and run them with :class:`Worker`; ``@job(schedule=cron(...))`` or ``every(...)`` makes them
+periodic (a :class:`Scheduler` runs inside every worker). The contract every driver keeps is in
 :mod:`jobcore.driver`; the records it answers with are in :mod:`jobcore.records`.
 """
 
@@ -33,6 +34,8 @@ from jobcore.records import (
     Stats,
 )
 from jobcore.registry import JobContext, JobHandle, Registry, job
+from jobcore.scheduler import Scheduler
+from jobcore.schedules import cron, every
 from jobcore.worker import Worker
 
 __version__ = "0.1.0.dev0"
@@ -66,11 +69,14 @@ __all__ = [
     "Schedule",
     "ScheduleOutcome",
     "ScheduleStore",
+    "Scheduler",
     "Stats",
     "SystemClock",
     "Worker",
     "cancel_job",
     "connect",
+    "cron",
+    "every",
     "get_job_driver",
     "job",
     "set_job_driver",

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
 EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
     (errors.InvalidInput, 2),
     (errors.JobNotFound, 3),
+    (errors.ScheduleNotFound, 3),
     (errors.JobStateConflict, 4),
     (errors.ConfigurationError, 5),
     (errors.BackendError, 6),

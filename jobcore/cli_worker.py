@@ -25,7 +25,8 @@ from typing import Any
 from jobcore.current import connect, set_job_driver
 from jobcore.errors import ConfigurationError, UrlInvalid
 from jobcore.registry import default_registry
-from jobcore.worker import Worker
+from jobcore.retention import DEFAULT_PRUNE_INTERVAL
+from jobcore.worker import DEFAULT_RETENTION, Worker
 
 __all__ = ["LOG_FORMAT", "JobFieldsFilter", "configure_logging", "import_jobs", "register"]
 
@@ -94,6 +95,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
     parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
+    parser.add_argument(
+        "--prune-interval", type=float, default=DEFAULT_PRUNE_INTERVAL,
+        help=f"seconds between pruning runs, one worker of the fleet at a time (default {DEFAULT_PRUNE_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--no-prune", action="store_true",
+        help="never prune finished jobs from this worker (default: prune by the default retention policy)",
+    )
+    parser.add_argument(
+        "--no-scheduler", action="store_true",
+        help="do not fire periodic schedules from this worker (default: a scheduler thread runs; see `scheduler`)",
+    )
     parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
     parser.add_argument(
         "--metrics-port", type=int, default=None,
@@ -130,6 +143,8 @@ def _run_worker(args: argparse.Namespace) -> int:
     worker = Worker(
         queues, concurrency=args.concurrency, lease=args.lease, driver=driver, poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
+        retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
+        scheduler=not args.no_scheduler,
     )
     metrics = None
     if args.metrics_port is not None:

@@ -184,6 +184,10 @@ class Introspector(Protocol):
     def resume(self, job_id: str) -> Job:
         """Move a ``suspended`` (parked, S05) job back to ``ready``, due now.
 
+        A job parked on its last attempt gets one more: ``attempt`` becomes at most
+        ``max_attempts - 1``, so the next claim runs attempt ``max_attempts`` and an
+        attempt never exceeds its maximum.
+
         Anything else is refused ``JC_JOB_NOT_RESUMABLE``; an unknown id ``JC_JOB_NOT_FOUND``.
         """
         ...
@@ -239,8 +243,10 @@ class Introspector(Protocol):
         first, in batches of at most ``batch`` rows (1..MAX_BULK_ROWS), each its own
         short atomic step, so pruning never holds long locks on the claim path.
         ``dry_run=True`` deletes nothing and answers what is eligible as ``remaining``.
-        Answers rows removed and rows still eligible, per state. A second call with
-        nothing eligible removes nothing.
+        Answers rows removed and rows still eligible, per finished state (every one
+        present, zeros included); ``remaining`` counts at most MAX_PRUNE_ROWS per state
+        (a larger backlog reads as that many). A second call with nothing eligible
+        removes nothing.
 
         Pruning never revives anything (R02): a finished job holds no idempotency key
         (E02), so deleting it frees nothing; schedule watermarks live apart from jobs,

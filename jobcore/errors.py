@@ -16,6 +16,7 @@ original stays on ``__cause__``.
     │   ├── ScheduleInvalid                JC_SCHEDULE_INVALID
     │   └── UrlInvalid                     JC_URL_INVALID
     ├── JobNotFound (LookupError)          JC_JOB_NOT_FOUND
+    ├── ScheduleNotFound (LookupError)     JC_SCHEDULE_NOT_FOUND
     ├── JobStateConflict                   the job exists but its state forbids the verb
     │   ├── JobNotCancellable              JC_JOB_NOT_CANCELLABLE
     │   ├── JobNotRequeueable              JC_JOB_NOT_REQUEUEABLE
@@ -71,6 +72,7 @@ __all__ = [
     "PageInvalid",
     "PayloadInvalid",
     "ScheduleInvalid",
+    "ScheduleNotFound",
     "SchemaOutdated",
     "UrlInvalid",
     "all_error_classes",
@@ -152,6 +154,13 @@ class JobNotFound(JobcoreError, LookupError):
 
     code = "JC_JOB_NOT_FOUND"
     default_fix = "check the id with `jobcore ls --id-prefix ...`; the job may have been removed"
+
+
+class ScheduleNotFound(JobcoreError, LookupError):
+    """No periodic schedule has that name."""
+
+    code = "JC_SCHEDULE_NOT_FOUND"
+    default_fix = "list the schedules with `jobcore schedules`; a scheduler declares them when it starts"
 
 
 class JobStateConflict(JobcoreError):

@@ -2,7 +2,8 @@
 
 The worker calls :func:`emit` where a transition lands: an attempt starts, a settle lands
 (``settled``), a lapsed final attempt is buried (``buried``), a lease is lost
-(``lease_lost``), a rescue sweep puts jobs back (``rescued``). Each call writes exactly one
+(``lease_lost``), a rescue sweep puts jobs back (``rescued``), a pruning run deletes
+finished jobs (``pruned``, one per state, from :mod:`jobcore.retention`). Each call writes exactly one
 record on the :data:`EVENT_LOGGER` logger whose ``extra`` fields are named in
 :data:`FIELDS` (missing values are ``None``), so log pipelines can index them by name.
 The same :class:`Event` goes to every hook added with :func:`add_hook` first, whatever
@@ -27,7 +28,7 @@ __all__ = [
 EVENT_LOGGER = "jobcore.events"
 """The logger every event record is written to."""
 
-EVENTS = ("started", "settled", "buried", "lease_lost", "rescued")
+EVENTS = ("started", "settled", "buried", "lease_lost", "rescued", "pruned")
 """Values of the ``event`` field. ``started`` is logged at DEBUG; the others at INFO or above."""
 
 FIELDS = (
@@ -50,10 +51,11 @@ class Event:
         attempt: The attempt number the transition ends or starts.
         outcome: ``completed``, ``retry``, ``released``, ``failed``, ``dead_lettered``,
             ``dropped`` (settled); ``dead`` or ``failed`` (buried); ``called_off`` or
-            ``not_landed`` (lease_lost); ``requeued`` (rescued); ``running`` (started).
+            ``not_landed`` (lease_lost); ``requeued`` (rescued); ``running`` (started);
+            the finished state whose jobs were deleted (pruned).
         error_type: The error's type name for failed attempts and burials, else ``None``.
         duration_s: Seconds the attempt ran in this worker (settled, lease_lost).
-        count: Jobs a ``rescued`` sweep put back to ``ready``.
+        count: Jobs a ``rescued`` sweep put back to ``ready``, or a ``pruned`` run deleted.
         worker_id: The worker that saw the transition.
     """
 
@@ -75,21 +77,26 @@ class Event:
 
 EventHook = Callable[[Event], Any]
 
-_hooks: list[EventHook] = []
+_hooks: tuple[EventHook, ...] = ()
+"""Replaced whole under the lock, so :func:`emit` (once per job transition) reads it without one."""
 _hooks_lock = threading.Lock()
 
 
 def add_hook(hook: EventHook) -> None:
     """Call ``hook(event)`` for every event from now on (errors in it are logged and contained)."""
+    global _hooks  # noqa: PLW0603 - a tuple swapped whole, read lock-free by emit
     with _hooks_lock:
-        _hooks.append(hook)
+        _hooks = (*_hooks, hook)
 
 
 def remove_hook(hook: EventHook) -> None:
     """Stop calling ``hook``; a hook never added is ignored."""
+    global _hooks  # noqa: PLW0603 - a tuple swapped whole, read lock-free by emit
     with _hooks_lock:
         if hook in _hooks:
-            _hooks.remove(hook)
+            kept = list(_hooks)
+            kept.remove(hook)
+            _hooks = tuple(kept)
 
 
 def emit(
@@ -106,12 +113,11 @@ def emit(
         values.setdefault("queue", job.queue)
         values.setdefault("attempt", job.attempt)
     record = Event(event=event, **values)
-    with _hooks_lock:
-        hooks = list(_hooks)
-    for hook in hooks:
+    for hook in _hooks:
         try:
             hook(record)
         except Exception:  # a broken hook must not stop the worker settling jobs
             logger.exception("event hook %r failed on a %s event", hook, event)
-    logger.log(level, message, *args, extra=record.fields(), exc_info=exc_info)
+    if logger.isEnabledFor(level):  # a DEBUG "started" is usually off: skip building its fields
+        logger.log(level, message, *args, extra=record.fields(), exc_info=exc_info)
     return record

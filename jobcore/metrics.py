@@ -76,7 +76,12 @@ class WorkerMetrics:
         self.rescued = prom.Counter(
             "jobcore_jobs_rescued", "Jobs with lapsed leases a rescue sweep put back to ready.", registry=reg
         )
-        self._metrics = (self.started, self.settled, self.duration, self.lease_losses, self.buried, self.rescued)
+        self.pruned = prom.Counter(
+            "jobcore_jobs_pruned", "Finished jobs a pruning run deleted, by state.", ("state",), registry=reg
+        )
+        self._metrics = (
+            self.started, self.settled, self.duration, self.lease_losses, self.buried, self.rescued, self.pruned,
+        )
 
     def on_event(self, event: events.Event) -> None:
         """Count one event (an :mod:`jobcore.events` hook)."""
@@ -94,6 +99,8 @@ class WorkerMetrics:
             self.buried.labels(*labels, event.outcome or "").inc()
         elif event.event == "rescued":
             self.rescued.inc(event.count or 0)
+        elif event.event == "pruned":
+            self.pruned.labels(event.outcome or "").inc(event.count or 0)
 
     def unregister(self) -> None:
         """Take the metrics off the registry."""

@@ -185,6 +185,45 @@ class JobSpec:
     key: str | None = None
 
 
+_set_field = object.__setattr__
+
+
+def stored_job(  # noqa: PLR0917 - one parameter per field, in declaration order
+    id: str, name: str, queue: str, payload: Any, state: JobState, priority: int, attempt: int,
+    max_attempts: int, run_at: datetime, created_at: datetime, attempted_at: datetime | None,
+    finished_at: datetime | None, worker_id: str | None, claim_no: int, lease_expires_at: datetime | None,
+    key: str | None, result: Any, last_error: JobError | None, errors: tuple[JobError, ...], duplicate: bool,
+) -> Job:
+    """A :class:`Job` from its field values in declaration order, as a driver stores them.
+
+    For drivers' hot paths (every claim and settle builds one): the values are already
+    checked (aware UTC times, a :class:`JobState`), so attrs' validators and converter
+    are skipped. Anything else builds jobs with ``Job(...)``.
+    """
+    job = object.__new__(Job)
+    _set_field(job, "id", id)
+    _set_field(job, "name", name)
+    _set_field(job, "queue", queue)
+    _set_field(job, "payload", payload)
+    _set_field(job, "state", state)
+    _set_field(job, "priority", priority)
+    _set_field(job, "attempt", attempt)
+    _set_field(job, "max_attempts", max_attempts)
+    _set_field(job, "run_at", run_at)
+    _set_field(job, "created_at", created_at)
+    _set_field(job, "attempted_at", attempted_at)
+    _set_field(job, "finished_at", finished_at)
+    _set_field(job, "worker_id", worker_id)
+    _set_field(job, "claim_no", claim_no)
+    _set_field(job, "lease_expires_at", lease_expires_at)
+    _set_field(job, "key", key)
+    _set_field(job, "result", result)
+    _set_field(job, "last_error", last_error)
+    _set_field(job, "errors", errors)
+    _set_field(job, "duplicate", duplicate)
+    return job
+
+
 @attrs.frozen(kw_only=True)
 class ClaimToken:
     """Proof of one claim of one job: ``(job_id, worker_id, claim_no)``.

@@ -8,6 +8,8 @@ concurrency) are what :class:`~jobcore.worker.Worker` applies when it runs the j
 
 Handlers land in a :class:`Registry`; the module-level :data:`default_registry` is
 where ``@job`` puts them unless told otherwise, and what a worker reads by default.
+A registry also holds the periodic schedules declared for its jobs (``@job(schedule=...)``
+or :meth:`Registry.schedule`); a scheduler declares them to the store when it starts.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import inspect
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -26,8 +28,9 @@ from jobcore import validate as v
 from jobcore.backoff import DEFAULT_BACKOFF, Backoff
 from jobcore.current import get_job_driver
 from jobcore.driver import Duration, JobDriver
-from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid
+from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid, ScheduleInvalid
 from jobcore.records import ClaimToken, Job, JobSpec
+from jobcore.schedules import Cron, Every, ScheduleDefinition
 
 __all__ = ["JobContext", "JobHandle", "Registry", "default_registry", "job"]
 
@@ -226,6 +229,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._handles: dict[str, JobHandle] = {}
+        self._schedules: dict[str, ScheduleDefinition] = {}
         self._lock = threading.Lock()
 
     def __contains__(self, name: object) -> bool:
@@ -260,9 +264,55 @@ class Registry:
         return handle
 
     def remove(self, name: str) -> None:
-        """Forget ``name`` (tests re-registering handlers use this)."""
+        """Forget ``name`` and the schedules declared for it (tests re-registering handlers use this)."""
         with self._lock:
             self._handles.pop(name, None)
+            for key in [k for k, d in self._schedules.items() if d.job == name]:
+                del self._schedules[key]
+
+    def schedule(
+        self,
+        job: JobHandle | str,
+        trigger: Cron | Every,
+        *,
+        payload: Any = None,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> ScheduleDefinition:
+        """Declare a periodic schedule enqueuing ``job`` with ``payload`` at each occurrence of ``trigger``.
+
+        ``registry.schedule(send_report, cron("0 7 * * 1-5", tz="Europe/Warsaw"), payload={"kind": "daily"},
+        name="daily-report")``. The schedule is named ``name`` (default the job's name);
+        queue, priority and attempts default to the job's. Declaring the same name again
+        for the same job replaces it; for another job it is refused. Schedulers declare
+        the registry's schedules to the store when they start. Refused with
+        ``JC_SCHEDULE_INVALID`` (bad trigger, name) or ``JC_PAYLOAD_INVALID``.
+        """
+        handle = job if isinstance(job, JobHandle) else self._handles.get(job) if isinstance(job, str) else None
+        job_name = handle.name if handle is not None else job
+        if not isinstance(job_name, str):
+            raise ScheduleInvalid(f"schedule wants a job handle or name, got {job!r:.60}", "pass the @job function")
+        definition = ScheduleDefinition(
+            name=job_name if name is None else name, trigger=trigger, job=job_name, payload=payload,
+            queue=queue if queue is not None else handle.queue if handle is not None else "default",
+            priority=priority if priority is not None else handle.priority if handle is not None else 0,
+            max_attempts=handle.max_attempts if handle is not None else None,
+        )
+        with self._lock:
+            existing = self._schedules.get(definition.name)
+            if existing is not None and existing.job != definition.job:
+                raise ScheduleInvalid(
+                    f"schedule name {definition.name!r} is already declared for job {existing.job!r}",
+                    "give this schedule another name with name=...",
+                )
+            self._schedules[definition.name] = definition
+        return definition
+
+    def schedules(self) -> list[ScheduleDefinition]:
+        """Every schedule declared in this registry, by name."""
+        with self._lock:
+            return [self._schedules[key] for key in sorted(self._schedules)]
 
     def drop_exhausted(self) -> frozenset[str]:
         """Names of jobs declared ``dead_letter=False`` (a worker passes them to ``claim``)."""
@@ -351,6 +401,7 @@ def job(
     concurrency: int | None = None,
     concurrency_key: Callable[[Any], str] | None = None,
     priority: int = 0,
+    schedule: Cron | Every | Sequence[Cron | Every] | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandle]: ...
 
@@ -369,6 +420,7 @@ def job(
     concurrency: int | None = None,
     concurrency_key: Callable[[Any], str] | None = None,
     priority: int = 0,
+    schedule: Cron | Every | Sequence[Cron | Every] | None = None,
     registry: Registry | None = None,
 ) -> Any:
     """Declare a job handler; use as ``@job`` or ``@job(queue=..., ...)``.
@@ -385,9 +437,20 @@ def job(
         concurrency: Fleet-wide limit of attempts running at once (through ``driver.leases``).
         concurrency_key: ``fn(payload) -> str``: apply the limit per key.
         priority: Default priority of its jobs.
+        schedule: ``cron(...)`` or ``every(...)`` (or several): enqueue the job with a
+            ``None`` payload at each occurrence; the first schedule is named after the
+            job, further ones ``NAME#2``, ``NAME#3``... (see :meth:`Registry.schedule`
+            for payloads and names of your own).
         registry: Where to register (default :data:`default_registry`).
     """
     target = registry if registry is not None else default_registry
+    triggers: list[Any] = [] if schedule is None else list(schedule) if isinstance(schedule, Sequence) else [schedule]
+    for trigger in triggers:
+        if not isinstance(trigger, Cron | Every):
+            raise ScheduleInvalid(
+                f"schedule= takes cron(...) or every(...), got {trigger!r:.60}",
+                'pass schedule=cron("*/5 * * * *") or schedule=every(timedelta(minutes=5))',
+            )
 
     def decorate(func: Callable[..., Any]) -> JobHandle:
         handle = _make_handle(
@@ -395,6 +458,16 @@ def job(
             terminal=terminal, timeout=timeout, concurrency=concurrency, concurrency_key=concurrency_key,
             priority=priority,
         )
-        return target.add(handle)
+        # Checked before registering anything, so a refused schedule leaves no half-declared job.
+        for i, trigger in enumerate(triggers):
+            ScheduleDefinition(name=_schedule_name(handle.name, i), trigger=trigger, job=handle.name)
+        target.add(handle)
+        for i, trigger in enumerate(triggers):
+            target.schedule(handle, trigger, name=_schedule_name(handle.name, i))
+        return handle
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _schedule_name(job_name: str, index: int) -> str:
+    return job_name if index == 0 else f"{job_name}#{index + 1}"

@@ -11,7 +11,11 @@ One :class:`Worker` runs these threads:
 * the **keeper**, which renews each in-flight lease every ``lease/3`` and enforces
   handler timeouts; a lease it cannot keep calls the attempt off (W02);
 * the **settler**, which settles finished attempts with their claim token, acks
-  batched through ``ack_many`` (S07), and fires ``on_settled`` (W06).
+  batched through ``ack_many`` (S07), and fires ``on_settled`` (W06);
+* the **pruner** (:mod:`jobcore.retention`), which every ``prune_interval`` deletes
+  finished jobs older than ``retention`` while holding the fleet-wide prune lease;
+* the **scheduler** (:mod:`jobcore.scheduler`, on unless ``scheduler=False``), which
+  fires the due occurrences of the store's periodic schedules (rules P).
 
 Leases and retry times are read from ``driver.clock``; the cadence of the loops
 (polling, heartbeats, timeouts) is real time. Nothing a handler or the store does
@@ -22,6 +26,7 @@ ends the claim loop (W03): only :meth:`Worker.stop`, :meth:`Worker.request_stop`
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -43,8 +48,10 @@ from jobcore.clock import to_millis
 from jobcore.current import get_job_driver
 from jobcore.driver import Duration, JobDriver, Subscription
 from jobcore.errors import JobNotRegistered, JobTimeout, PayloadInvalid
-from jobcore.records import Claimed, Job, JobState
+from jobcore.records import Claimed, Job, JobState, RetentionPolicy
 from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
+from jobcore.retention import DEFAULT_PRUNE_INTERVAL, Pruner
+from jobcore.scheduler import Scheduler
 
 __all__ = ["OUTCOMES", "Worker", "call_handler", "handler_error", "retry_policy"]
 
@@ -65,6 +72,9 @@ SETTLE_BATCH = 500
 
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
+
+DEFAULT_RETENTION = RetentionPolicy()
+"""The policy workers prune by unless told otherwise (``retention=None`` turns pruning off)."""
 
 _error_types: dict[str, type[Exception]] = {}
 _error_types_lock = threading.Lock()
@@ -204,8 +214,17 @@ class Worker:
         worker_id: This worker's id in claims (default ``host:pid:random``).
         on_settled: ``fn(job, outcome)`` for each ending that landed (see :data:`OUTCOMES`).
         rescue_interval: Seconds between ``introspect.rescue()`` sweeps (``None``: never).
+        prefetch: Most jobs claimed ahead of free slots (default ``max(4 * concurrency, 32)``, at most 1000;
+            0: claim only for free slots). The worker prefetches only what its slots will
+            run within one claim round trip (measured), so slow jobs are never hoarded;
+            prefetched jobs are leased and heartbeated, and given back unstarted on stop.
         heartbeat_interval: Seconds between renewals of one lease (default ``lease/3``).
         seed: Seeds the jitter of retry delays (tests).
+        retention: Finished jobs older than this policy are pruned (``None``: never);
+            one worker of the fleet at a time does it (:mod:`jobcore.retention`).
+        prune_interval: Seconds between pruning runs (the first comes one interval in).
+        scheduler: Run a :class:`~jobcore.scheduler.Scheduler` thread that declares the
+            registry's schedules and fires due occurrences (any number may run at once).
     """
 
     def __init__(
@@ -223,6 +242,10 @@ class Worker:
         rescue_interval: float | None = 60.0,
         heartbeat_interval: float | None = None,
         seed: int | None = None,
+        retention: RetentionPolicy | None = DEFAULT_RETENTION,
+        prune_interval: float = DEFAULT_PRUNE_INTERVAL,
+        scheduler: bool = True,
+        prefetch: int | None = None,
     ) -> None:
         names = [q.strip() for q in queues.split(",")] if isinstance(queues, str) else list(queues)
         self.queues = tuple(q for q in names if q)
@@ -240,6 +263,12 @@ class Worker:
         self.rescue_interval = None if rescue_interval is None else _seconds(rescue_interval, "rescue_interval")
         beat = self.lease.total_seconds() / 3 if heartbeat_interval is None else heartbeat_interval
         self.heartbeat_interval = _seconds(beat, "heartbeat_interval")
+        self.retention = None if retention is None else v.check_prune(retention, 1, 1)[0]
+        self.prune_interval = _seconds(prune_interval, "prune_interval")
+        self._pruner: Pruner | None = None
+        self.scheduler: Scheduler | None = (
+            Scheduler(driver, registry=self.registry, scheduler_id=self.worker_id) if scheduler else None
+        )
         self.counts: Counter[str] = Counter()
         """Running totals: claimed, completed, retried, failed, dead_lettered, dropped,
         buried, lost, timed_out, settle_errors, abandoned, ..."""
@@ -255,6 +284,17 @@ class Worker:
         self._done = threading.Event()
         self._keeper_wake = threading.Event()
         self._settles: queue_mod.Queue[Any] = queue_mod.Queue()
+        self._runq: queue_mod.SimpleQueue[_Attempt | None] = queue_mod.SimpleQueue()
+        self.prefetch = v.check_int(
+            min(max(4 * self.concurrency, 32), v.MAX_CLAIM_BATCH) if prefetch is None else prefetch, "prefetch", 0,
+            v.MAX_CLAIM_BATCH,
+        )
+        self._backlog: collections.deque[_Attempt] = collections.deque()
+        self._given_back_at_stop: list[tuple[_Attempt, BaseException]] = []
+        self._claim_rtt = 0.0  # seconds per claim round trip (moving average)
+        self._run_time: float | None = None  # seconds per handler run (moving average)
+        self._idle_runners = 0
+        self._runners_closed = False
         self._drain_override: float | None = None
         self._drained = True
         self._thread: threading.Thread | None = None
@@ -339,11 +379,12 @@ class Worker:
             self._killed = True
             for attempt in self._active.values():
                 if attempt.status != "abandoned":
-                    if attempt.status == "running":
+                    if attempt.status in ("starting", "running"):
                         self._busy -= 1
                     attempt.status = "abandoned"
                     self._call_off(attempt, "the worker was killed")
             self._active.clear()
+            self._backlog.clear()
         self.request_stop(0.0)
         if self._started and threading.get_ident() != self._run_ident:
             self._done.wait(15.0)
@@ -373,6 +414,10 @@ class Worker:
             thread = threading.Thread(target=target, name=f"jobcore-{name}-{self.worker_id}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.retention is not None:
+            self._pruner = Pruner(
+                driver, holder=self.worker_id, policy=self.retention, interval=self.prune_interval
+            ).start()
         if "notify" in driver.capabilities:
             try:
                 self._subscription = driver.subscribe(self.queues, self._on_notify)
@@ -382,6 +427,8 @@ class Worker:
             "worker %s started on %s (concurrency %d, lease %ss)", self.worker_id, ",".join(self.queues),
             self.concurrency, self.lease.total_seconds(),
         )
+        if self.scheduler is not None:
+            self.scheduler.start()
 
     def _on_notify(self, _queue: str) -> None:
         self._wake.set()
@@ -393,17 +440,22 @@ class Worker:
                 assert self.rescue_interval is not None
                 next_rescue = time.monotonic() + self.rescue_interval
                 self._rescue()
+            self._pump()
             with self._cond:
-                free = self.concurrency - self._busy
-                if free <= 0:
+                room = self.concurrency - self._busy + self._backlog_target() - len(self._backlog)
+                if room <= 0:
                     self._cond.wait(self.poll_interval)
                     continue
             self._wake.clear()
+            if self._stopping.is_set():
+                break
             try:
+                sent = time.monotonic()
                 result = self.driver.claim(
-                    self.queues, worker_id=self.worker_id, limit=min(free, v.MAX_CLAIM_BATCH), lease=self.lease,
+                    self.queues, worker_id=self.worker_id, limit=min(room, v.MAX_CLAIM_BATCH), lease=self.lease,
                     drop_exhausted=self.registry.drop_exhausted(),
                 )
+                self._claim_rtt += (time.monotonic() - sent - self._claim_rtt) / 8
             except Exception:
                 self.log.exception("claim failed; retrying in %ss", self.poll_interval)
                 self._stopping.wait(self.poll_interval)
@@ -415,8 +467,40 @@ class Worker:
                     self._launch(claimed)
                 except Exception:  # W03: one job's trouble never ends the loop; its lease lapses
                     job_logger(logger, claimed.job).exception("could not start job %s", claimed.job.id)
-            if len(result.claimed) < free:
+            self._pump()
+            if len(result.claimed) < room:
                 self._wake.wait(self.poll_interval)
+
+    def _backlog_target(self) -> int:
+        """Jobs to hold claimed beyond the free slots: what the slots run in one claim round trip.
+
+        A handler that takes longer than a claim round trip gets no prefetch at all, so a
+        worker never sits on jobs another worker could be running.
+        """
+        if self._run_time is None or not self.prefetch:
+            return 0
+        wanted = self.concurrency * self._claim_rtt / max(self._run_time, 1e-6)
+        return min(self.prefetch, int(wanted))
+
+    def _pump(self) -> None:
+        """Start claimed jobs waiting in the backlog while slots are free."""
+        while True:
+            attempt = self._reserve()
+            if attempt is None:
+                return
+            if self._start(attempt):
+                self._dispatch(attempt)
+
+    def _reserve(self) -> _Attempt | None:
+        """Take the next waiting attempt and a slot for it (status ``starting``), or None."""
+        with self._lock:
+            while self._backlog and self._busy < self.concurrency and not self._stopping.is_set():
+                attempt = self._backlog.popleft()
+                if attempt.status == "queued":  # not lost while it waited
+                    attempt.status = "starting"
+                    self._busy += 1
+                    return attempt
+            return None
 
     def _rescue(self) -> None:
         try:
@@ -457,20 +541,48 @@ class Worker:
         ctx = JobContext(job, claimed.token, log=log)
         attempt = _Attempt(claimed, handle, ctx, log)
         attempt.next_beat = time.monotonic() + self.heartbeat_interval
+        with self._lock:
+            stale = self._active.get(job.id)
+        if stale is not None:
+            # This worker reclaimed a job whose earlier attempt it still holds: that lease
+            # lapsed and the claim moved its token, so the earlier attempt is called off
+            # now (W02) rather than dropped unseen by the keeper.
+            self._lose(stale, "its lease lapsed and the job was claimed again")
         if handle is None:
             error = JobNotRegistered(f"no handler is registered for job {job.name!r} in worker {self.worker_id}")
             self._queue_nack(attempt, error, retry_policy(None, job, error, self.driver.clock.now(), self._rng))
             return
-        if not self._take_slot(attempt, handle):
-            return
-        if handle.timeout is not None:
-            attempt.deadline = time.monotonic() + handle.timeout
+        attempt.status = "queued"  # leased and heartbeated while it waits for a slot
         with self._lock:
             if self._killed:
                 return
             self._active[job.id] = attempt
-            self._busy += 1
-        self._keeper_wake.set()
+            self._backlog.append(attempt)
+
+    def _start(self, attempt: _Attempt) -> bool:
+        """Start a reserved attempt: its fleet slot, its timeout, the started event.
+
+        Answers False when it must not run (no fleet slot, lost or killed meanwhile).
+        """
+        handle = attempt.handle
+        assert handle is not None
+        if not self._take_slot(attempt, handle):
+            return False
+        job = attempt.job
+        with self._lock:
+            if attempt.status != "starting" or self._killed:  # lost while taking its fleet slot
+                lost = True
+            else:
+                lost = False
+                attempt.status = "running"
+                attempt.started_at = time.monotonic()
+                if handle.timeout is not None:
+                    attempt.deadline = attempt.started_at + handle.timeout
+        if lost:
+            self._release_slot(attempt)
+            return False
+        if handle.timeout is not None:
+            self._keeper_wake.set()
         events.emit(
             "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
             level=logging.DEBUG, outcome="running", worker_id=self.worker_id,
@@ -478,8 +590,55 @@ class Worker:
         if handle.is_async:
             loop = self._ensure_loop()
             asyncio.run_coroutine_threadsafe(self._run_async(attempt), loop)
+            return False
+        return True
+
+    def _unstart(self, attempt: _Attempt, error: BaseException, options: dict[str, Any]) -> None:
+        """A reserved attempt cannot start: free its slot and queue its nack."""
+        with self._cond:
+            if attempt.status != "starting":  # lost meanwhile: that released the slot
+                return
+            attempt.status = "finishing"
+            self._busy -= 1
+            self._cond.notify_all()
+        self._settles.put(_Settle(attempt, "nack", error=error, options=options))
+
+    def _dispatch(self, attempt: _Attempt) -> None:
+        """Hand a sync attempt to an idle runner thread, or start a runner when none is idle.
+
+        Runners are reused: starting a thread per job cost more than a short handler. A
+        runner still inside a called-off handler is not idle, so it never delays the next job.
+        """
+        with self._lock:
+            reuse = self._idle_runners > 0
+            if reuse:
+                self._idle_runners -= 1  # reserved: exactly one idle runner takes this put
+        if reuse:
+            self._runq.put(attempt)
         else:
-            threading.Thread(target=self._run_sync, args=(attempt,), name=f"jobcore-job-{job.id}", daemon=True).start()
+            name = f"jobcore-runner-{self.worker_id}"
+            threading.Thread(target=self._runner, args=(attempt,), name=name, daemon=True).start()
+
+    def _runner(self, attempt: _Attempt | None) -> None:
+        while attempt is not None:
+            self._run_sync(attempt)
+            attempt = self._next_inline()
+            if attempt is not None:  # the next backlog job runs on this thread: no hand-off
+                continue
+            with self._lock:
+                if self._runners_closed:
+                    return
+                self._idle_runners += 1
+            attempt = self._runq.get()
+
+    def _next_inline(self) -> _Attempt | None:
+        """The next backlog attempt this runner thread should run, started; None when none."""
+        while True:
+            attempt = self._reserve()
+            if attempt is None:
+                return None
+            if self._start(attempt):
+                return attempt
 
     def _take_slot(self, attempt: _Attempt, handle: JobHandle) -> bool:
         """Take the job's fleet concurrency slot; when full, give the attempt back for later."""
@@ -487,7 +646,7 @@ class Worker:
             key = handle.concurrency_slot(attempt.job.payload)
         except Exception as exc:
             attempt.log.exception("concurrency_key failed for job %s", attempt.job.id)
-            self._queue_nack(attempt, exc, {"fail": True, "dead_letter": handle.dead_letter})
+            self._unstart(attempt, exc, {"fail": True, "dead_letter": handle.dead_letter})
             return False
         if key is None:
             return True
@@ -505,7 +664,7 @@ class Worker:
         self._count("deferred", 1)
         attempt.log.debug("job %s deferred: %s is at its limit of %d", attempt.job.id, key, handle.concurrency)
         error = _error_type("ConcurrencyLimited")(f"{key} already runs {handle.concurrency} at once")
-        self._queue_nack(
+        self._unstart(
             attempt, error,
             {"retry_at": to_millis(self.driver.clock.now() + delay), "counts_as_attempt": False},
         )
@@ -570,6 +729,8 @@ class Worker:
                 return
             attempt.status = "finishing"
             self._busy -= 1
+            ran = time.monotonic() - attempt.started_at
+            self._run_time = ran if self._run_time is None else self._run_time + (ran - self._run_time) / 8
             self._cond.notify_all()
         self._wake.set()
         if raised is None:
@@ -578,7 +739,10 @@ class Worker:
         job = attempt.job
         if isinstance(raised, SHUTDOWN_SIGNALS):
             attempt.log.warning("job %s (%s) raised %s: stopping the worker", job.id, job.name, type(raised).__name__)
-            self._queue_nack(attempt, handler_error(raised), {"counts_as_attempt": False}, queued=True)
+            # The give-back is queued once the claim loop has ended (in _shutdown): landed
+            # earlier, a claim already in flight could hand this worker the job again.
+            with self._lock:
+                self._given_back_at_stop.append((attempt, handler_error(raised)))
             self.request_stop()
             return
         attempt.log.warning(
@@ -623,7 +787,7 @@ class Worker:
                             attempt.log.exception("timing out job %s failed", attempt.job.id)
                     else:
                         next_wake = min(next_wake, attempt.deadline)
-                if attempt.status in ("running", "finishing", "timed_out"):
+                if attempt.status in ("queued", "starting", "running", "finishing", "timed_out"):
                     if now >= attempt.next_beat:
                         try:
                             self._beat(attempt)
@@ -665,9 +829,9 @@ class Worker:
     def _lose(self, attempt: _Attempt, reason: str) -> None:
         """The lease is gone: call the handler off and record nothing of this attempt (W02)."""
         with self._cond:
-            if attempt.status not in ("running", "finishing", "timed_out"):
+            if attempt.status not in ("queued", "starting", "running", "finishing", "timed_out"):
                 return
-            if attempt.status == "running":
+            if attempt.status in ("starting", "running"):
                 self._busy -= 1
                 self._cond.notify_all()
             attempt.status = "lost"
@@ -732,6 +896,9 @@ class Worker:
                 item.attempt.status = "settling"
         for item in live:
             if item.kind == "ack":
+                if item.result is None:  # always storable: skip the trial encoding
+                    acks.append(item)
+                    continue
                 try:
                     v.encode_json(item.result, "result")
                 except PayloadInvalid as exc:  # W07: an unstorable result fails the attempt readably
@@ -851,16 +1018,35 @@ class Worker:
 
     # -- shutdown --------------------------------------------------------------------
 
+    def _give_back(self) -> None:
+        """Prefetched jobs that never started go back to the queue at once, no attempt spent (W04).
+
+        So do the attempts a shutdown signal ended (W07), with that signal as their error.
+        """
+        with self._lock:
+            signalled, self._given_back_at_stop = self._given_back_at_stop, []
+        for attempt, error in signalled:
+            self._queue_nack(attempt, error, {"counts_as_attempt": False}, queued=True)
+        with self._lock:
+            waiting = [a for a in self._backlog if a.status == "queued"]
+            self._backlog.clear()
+            for attempt in waiting:
+                attempt.status = "finishing"
+        for attempt in waiting:
+            error = _error_type("WorkerStopping")("given back unstarted: the worker stopped")
+            self._settles.put(_Settle(attempt, "nack", error=error, options={"counts_as_attempt": False}))
+
     def _shutdown(self) -> None:
         timeout = self.drain_timeout if self._drain_override is None else self._drain_override
         deadline = time.monotonic() + timeout
+        self._give_back()
         with self._cond:
             while self._busy > 0 and not self._killed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            abandoned = [a for a in self._active.values() if a.status == "running"]
+            abandoned = [a for a in self._active.values() if a.status in ("starting", "running")]
             for attempt in abandoned:
                 attempt.status = "abandoned"
                 self._busy -= 1
@@ -873,6 +1059,15 @@ class Worker:
             )
             self._call_off(attempt, "the worker is shutting down")
         self._drained = not abandoned and not self._killed
+        with self._lock:
+            self._runners_closed = True
+            idle, self._idle_runners = self._idle_runners, 0
+        for _ in range(idle):
+            self._runq.put(None)
+        if self._pruner is not None:
+            self._pruner.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self._settles.put(_STOP)
         for thread in self._threads:
             if thread.name.startswith("jobcore-settler"):

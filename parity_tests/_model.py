@@ -263,11 +263,12 @@ class Model:
         return job.seq
 
     def resume(self, now: datetime, seq: int | None) -> int:
-        """S05: a parked job back to ready, due now."""
+        """S05: a parked job back to ready, due now, with at least one attempt left."""
         job = self._existing(seq)
         if job.state != "suspended":
             raise Refused("JobNotResumable", "JC_JOB_NOT_RESUMABLE")
         job.state, job.run_at = "ready", now
+        job.attempt = min(job.attempt, job.max_attempts - 1)
         return job.seq
 
     def bulk(
@@ -316,6 +317,27 @@ class Model:
                 job.state, job.worker_id, job.lease_expires_at, job.run_at = "ready", None, None, now
                 requeued += 1
         return requeued, buried
+
+    def prune(
+        self, now: datetime, ages: dict[str, timedelta | None], limit: int
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """R01: delete up to ``limit`` finished jobs at or past their state's age, oldest
+        finished first; (removed, still eligible) per finished state."""
+        eligible = sorted(
+            (
+                job for job in self.jobs.values()
+                if job.state in FINISHED and job.finished_at is not None
+                and (age := ages[job.state]) is not None and job.finished_at <= now - age
+            ),
+            key=lambda job: (job.finished_at, job.seq),
+        )
+        removed, remaining = dict.fromkeys(sorted(FINISHED), 0), dict.fromkeys(sorted(FINISHED), 0)
+        for job in eligible[:limit]:
+            removed[job.state] += 1
+            del self.jobs[job.seq]
+        for job in eligible[limit:]:
+            remaining[job.state] += 1
+        return removed, remaining
 
     # -- reads -----------------------------------------------------------------------
 

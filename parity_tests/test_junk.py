@@ -1,7 +1,7 @@
 """Junk in, coded refusals out: every public method of every driver, fed random nonsense.
 
-Each example takes one public method of the driver, its ``introspect`` or its
-``leases``, builds a call that would succeed (and write) with valid arguments, and
+Each example takes one public method of the driver, its ``introspect``, its
+``leases`` or its ``schedules``, builds a call that would succeed (and write) with valid arguments, and
 swaps one argument for junk: wrong types, NaN, infinities, huge and negative numbers,
 empty and NUL strings, naive datetimes, bools posing as ints, ``None`` where a value is
 required, bytes, sets, random objects, tokens and filters with junk inside. The only
@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobcore import validate as v
-from jobcore.driver import Introspector, JobDriver, LeaseStore
+from jobcore.driver import Introspector, JobDriver, LeaseStore, ScheduleStore
 from jobcore.errors import JobcoreError
-from jobcore.records import ClaimToken, Job, JobFilter, JobSpec, JobState
+from jobcore.records import ClaimToken, Job, JobFilter, JobSpec, JobState, RetentionPolicy, Schedule
 
 _EXAMPLES = int(os.environ.get("JOBCORE_JUNK_EXAMPLES", "25"))
 JUNK_SETTINGS = settings(
@@ -41,6 +41,7 @@ JUNK_SETTINGS = settings(
 WIDE_SETTINGS = settings(JUNK_SETTINGS, max_examples=_EXAMPLES * 4)
 NAIVE = datetime(2030, 1, 1, 12, 0)  # noqa: DTZ001 - the point: a naive datetime
 AWARE = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
+SECOND = timedelta(seconds=1)
 
 
 class Opaque:
@@ -126,6 +127,20 @@ class World:
             self._token = self.driver.claim(["held"], worker_id="w1", lease=60).claimed[0].token
         return self._token
 
+    def prunable(self) -> Callable[..., Any]:
+        """Leave one cancelled job, so a prune with zero ages would delete it; answers ``prune``."""
+        self.driver.introspect.cancel(self.driver.enqueue("junk", {"n": 6}, queue="pruned").id)
+        return self.driver.introspect.prune
+
+    def schedule(self) -> Schedule:
+        """A declared schedule, as it stands (its watermark is what a firing would expect)."""
+        return self.driver.schedules.get("junk") or self.driver.schedules.declare("junk", {"every": 60})
+
+    def next_occurrence(self) -> dict[str, datetime]:
+        """``expected`` and ``occurrence`` arguments that would move the schedule's watermark."""
+        watermark = self.schedule().watermark
+        return {"expected": watermark, "occurrence": watermark + SECOND}
+
     def prepare(self) -> None:
         """Keep one job due in ``default`` and one scheduled, so claims and promotes would write."""
         stats = self.driver.introspect.stats()
@@ -135,7 +150,8 @@ class World:
             self.driver.enqueue("junk", {"n": 4}, delay=60)
         self.token()
 
-    def snapshot(self) -> tuple[tuple[Job, ...], Any, Any]:
+    def snapshot(self, *, schedules: bool = False) -> tuple[tuple[Job, ...], Any, Any, Any]:
+        """The jobs, stats and (when asked: a round trip more) the schedules a refusal must leave alone."""
         jobs: list[Job] = []
         page = self.driver.introspect.list(limit=200)
         jobs.extend(page.jobs)
@@ -143,7 +159,8 @@ class World:
             page = self.driver.introspect.list(limit=200, after=page.after)
             jobs.extend(page.jobs)
         stats = self.driver.introspect.stats()
-        return tuple(jobs), dict(stats.counts), dict(stats.oldest_due_age)
+        kept = tuple(self.driver.schedules.list()) if schedules else ()
+        return tuple(jobs), dict(stats.counts), dict(stats.oldest_due_age), kept
 
 
 @pytest.fixture
@@ -158,7 +175,7 @@ Call = tuple[Callable[..., Any], dict[str, Any]]
 
 def _calls(w: World) -> dict[str, Callable[[], Call]]:
     """For each public method, a builder of a call that would succeed with these arguments."""
-    d, i, leases = w.driver, w.driver.introspect, w.driver.leases
+    d, i, leases, sched = w.driver, w.driver.introspect, w.driver.leases, w.driver.schedules
     everything = {"filter": JobFilter(queue="default")}
     return {
         "enqueue": lambda: (d.enqueue, {
@@ -191,18 +208,34 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
         "requeue_many": lambda: (i.requeue_many, {"filter": JobFilter(state="cancelled"), "limit": 1, "spread": 0}),
         "remove_many": lambda: (i.remove_many, {"filter": JobFilter(state="scheduled"), "limit": 1}),
         "promote_many": lambda: (i.promote_many, {**everything, "limit": 1}),
+        "prune": lambda: (w.prunable(), {
+            "policy": RetentionPolicy(done=0, failed=0, cancelled=0, dead=0), "limit": 1, "batch": 1, "dry_run": False,
+        }),
         "acquire": lambda: (leases.acquire, {"key": "slot", "limit": 2, "holder": "h1", "ttl": 30}),
         "renew": lambda: (leases.renew, {"key": "slot", "holder": "h1", "ttl": 30}),
         "release": lambda: (leases.release, {"key": "slot", "holder": "h1"}),
+        # ScheduleStore methods share names with Introspector's, so they are keyed "schedules.<name>"
+        "schedules.declare": lambda: (sched.declare, {"name": "junk2", "definition": {"every": 60}, "start": AWARE}),
+        "schedules.get": lambda: (sched.get, {"name": w.schedule().name}),
+        "schedules.list": lambda: (sched.list, {}),
+        "schedules.fire": lambda: (sched.fire, {
+            "name": "junk", **w.next_occurrence(), "job": JobSpec(name="junk", queue="fired"), "outcome": "fired",
+            "overlap": True,
+        }),
+        "schedules.pause": lambda: (sched.pause, {"name": w.schedule().name}),
+        "schedules.resume": lambda: (sched.resume, {"name": w.schedule().name}),
+        "schedules.remove": lambda: (sched.remove, {"name": w.schedule().name}),
     }
 
 
 NOT_CALLED = frozenset({"close", "migrate"})
 """Methods without arguments to corrupt (and close would end the driver)."""
-PROTOCOLS = (JobDriver, Introspector, LeaseStore)
+PROTOCOLS = (JobDriver, Introspector, LeaseStore, ScheduleStore)
+PREFIXES: dict[type, str] = {ScheduleStore: "schedules."}
+"""Protocols whose method names collide with another's, keyed by their attribute on the driver."""
 
 # bools are valid values of these; everywhere else a bool is junk posing as an int
-FLAGS = frozenset({"dead_letter", "fail", "counts_as_attempt", "park"})
+FLAGS = frozenset({"dead_letter", "fail", "counts_as_attempt", "park", "dry_run", "overlap"})
 JSON_ARGS = frozenset({("enqueue", "payload"), ("ack", "result")})
 
 
@@ -212,7 +245,9 @@ def _parameters() -> dict[str, list[str]]:
     for protocol in PROTOCOLS:
         for name, member in vars(protocol).items():
             if callable(member) and not name.startswith("_") and name not in NOT_CALLED:
-                found[name] = [p for p in inspect.signature(member).parameters if p != "self"]
+                found[PREFIXES.get(protocol, "") + name] = [
+                    p for p in inspect.signature(member).parameters if p != "self"
+                ]
     return found
 
 
@@ -251,16 +286,18 @@ def test_E04_junk_arguments_raise_only_coded_errors_and_write_nothing(
     world: World, method: str, parameter: str, value: Any
 ) -> None:
     """One junk argument to any public method: a coded refusal (store untouched) or a normal answer."""
-    world.prepare()
+    touches_schedules = method.startswith("schedules.")
+    if not touches_schedules:  # the schedule store's calls write without due or held jobs
+        world.prepare()
     target, kwargs = _calls(world)[method]()
     kwargs[parameter] = value
     where = f"{method}({parameter}={value!r:.80})"
-    before = world.snapshot()
+    before = world.snapshot(schedules=touches_schedules)
     try:
         answer = target(**kwargs)
     except Exception as exc:  # the point: classify whatever comes out
         _check_refusal(exc, where)
-        assert world.snapshot() == before, f"{where} was refused but wrote to the store"
+        assert world.snapshot(schedules=touches_schedules) == before, f"{where} was refused but wrote to the store"
         return
     if method == "subscribe":
         answer.close()

@@ -298,6 +298,23 @@ def test_S05_park_with_give_back(driver: JobDriver) -> None:
     assert claim_one(driver).job.attempt == 1
 
 
+def test_S05_resume_after_parking_the_last_attempt_grants_one_more(driver: JobDriver) -> None:
+    """A job parked on its last attempt resumes with one attempt left, never beyond its maximum."""
+    job = driver.enqueue("a", max_attempts=2)
+    driver.nack(claim_one(driver).token, "first failure")
+    parked = driver.nack(claim_one(driver).token, "wait for approval", park=True)
+    assert parked is not None
+    assert (parked.state, parked.attempt) == (JobState.SUSPENDED, 2)
+    resumed = driver.introspect.resume(job.id)
+    assert (resumed.state, resumed.attempt) == (JobState.READY, 1)
+    again = claim_one(driver)
+    assert again.job.attempt == 2 == again.job.max_attempts
+    dead = driver.nack(again.token, "still failing")
+    assert dead is not None
+    assert dead.state is JobState.DEAD
+    assert [e.message for e in dead.errors] == ["first failure", "wait for approval", "still failing"]
+
+
 def test_S05_park_wins_over_dead_letter(driver: JobDriver) -> None:
     """Parking on the last attempt suspends rather than dead-letters."""
     job = driver.enqueue("a", max_attempts=1)

@@ -36,7 +36,7 @@ from jobcore import validate as v
 from jobcore.clock import ManualClock, to_millis
 from jobcore.driver import JobDriver
 from jobcore.errors import JobcoreError
-from jobcore.records import ClaimToken, Job, JobFilter
+from jobcore.records import ClaimToken, Job, JobFilter, RetentionPolicy
 
 settings.register_profile(
     "jobcore-stateful",
@@ -66,6 +66,7 @@ CLAIM_ARGS: dict[str, st.SearchStrategy[Any]] = {
     "lease": leases,
     "drop": st.sampled_from([(), (), ("a",), ("a", "b")]),
 }
+prune_ages = st.sampled_from([timedelta(0), timedelta(seconds=5), None])
 pick = st.integers(min_value=0, max_value=63)  # index into a pool, taken modulo its size
 
 
@@ -359,6 +360,17 @@ class DriverVersusModel(RuleBasedStateMachine):
             limit=limit, reason="bulk stop",
         )
         assert (result.affected, result.remaining) == (affected, remaining), f"O05: {verb}_many answer differs"
+
+    @rule(
+        ages=st.fixed_dictionaries(dict.fromkeys(("done", "failed", "dead", "cancelled"), prune_ages)),
+        limit=st.sampled_from([1, 2, v.DEFAULT_PRUNE_ROWS]),
+    )
+    def prune(self, ages: dict[str, timedelta | None], limit: int) -> None:
+        """R01: prune takes the oldest finished rows past their state's age, never a live one."""
+        result = self.driver.introspect.prune(RetentionPolicy(**ages), limit=limit, batch=1)
+        removed, remaining = self.model.prune(self.now(), ages, limit)
+        assert {s.value: n for s, n in result.removed.items()} == removed, "R01: removed differs"
+        assert {s.value: n for s, n in result.remaining.items()} == remaining, "R01: remaining differs"
 
     @rule()
     def rescue(self) -> None:

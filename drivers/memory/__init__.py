@@ -17,9 +17,10 @@ from __future__ import annotations
 import builtins
 import heapq
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from jobcore import validate as v
@@ -52,6 +53,7 @@ from jobcore.records import (
     RescueResult,
     RetentionPolicy,
     Stats,
+    stored_job,
 )
 
 from ._schedules import MemorySchedules
@@ -64,6 +66,13 @@ DONE, FAILED, DEAD, CANCELLED = JobState.DONE, JobState.FAILED, JobState.DEAD, J
 LEASE_EXPIRED = "LeaseExpired"
 LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
 LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _loads(text: str) -> Any:
+    """Decode stored JSON: it is canonical (no surrounding whitespace), so ``raw_decode`` suffices."""
+    return _raw_decode(text)[0]
 
 
 class _Row:
@@ -96,14 +105,14 @@ class _Row:
         self.errors: list[JobError] = []
 
     def job(self, *, duplicate: bool = False) -> Job:
-        return Job(
-            id=str(self.seq), name=self.name, queue=self.queue, payload=v.decode_json(self.payload),
-            state=self.state, priority=self.priority, attempt=self.attempt,
-            max_attempts=self.max_attempts, run_at=self.run_at, created_at=self.created_at,
-            attempted_at=self.attempted_at, finished_at=self.finished_at, worker_id=self.worker_id,
-            claim_no=self.claim_no, lease_expires_at=self.lease_expires_at, key=self.key,
-            result=v.decode_json(self.result), last_error=self.errors[-1] if self.errors else None,
-            errors=tuple(self.errors), duplicate=duplicate,
+        # stored_job skips attrs' checks: every field was checked on its way in. The JSON
+        # is decoded afresh each time, so no caller can change what the store holds.
+        errors = tuple(self.errors)
+        return stored_job(
+            str(self.seq), self.name, self.queue, _loads(self.payload), self.state, self.priority, self.attempt,
+            self.max_attempts, self.run_at, self.created_at, self.attempted_at, self.finished_at, self.worker_id,
+            self.claim_no, self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
+            errors[-1] if errors else None, errors, duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:
@@ -253,13 +262,13 @@ class MemoryDriver:
             return row
         return None
 
-    def _take(self, row: _Row, worker: str, lease: timedelta, now: datetime) -> Claimed:
+    def _take(self, row: _Row, worker: str, expires: datetime, now: datetime) -> Claimed:
         row.state = RUNNING
         row.worker_id = worker
         row.claim_no += 1
         row.attempt += 1
         row.attempted_at = now
-        row.lease_expires_at = to_millis(now + lease)
+        row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
         return Claimed(job=row.job(), token=ClaimToken(job_id=str(row.seq), worker_id=worker, claim_no=row.claim_no))
 
@@ -305,6 +314,7 @@ class MemoryDriver:
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
         with self._lock:
             now = self._now()
+            expires = to_millis(now + span)
             buried: list[Job] = []
             reclaim: list[_Row] = []
             for queue in names:
@@ -318,7 +328,7 @@ class MemoryDriver:
             for row in reclaim:
                 if len(claimed) < size:
                     self._release_lapsed(row, now)
-                    claimed.append(self._take(row, worker, span, now))
+                    claimed.append(self._take(row, worker, expires, now))
                 else:  # not taken this time: keep it findable by the next claim
                     assert row.lease_expires_at is not None
                     heapq.heappush(self._leases[row.queue], (row.lease_expires_at, row.seq, row.claim_no))
@@ -333,7 +343,7 @@ class MemoryDriver:
                 if best is None:
                     break
                 heapq.heappop(self._due[best.queue])
-                claimed.append(self._take(best, worker, span, now))
+                claimed.append(self._take(best, worker, expires, now))
             return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
     def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
@@ -625,6 +635,7 @@ class _MemoryIntrospector:
             row = self._existing(job_id)
             if row.state is not SUSPENDED:
                 raise JobNotResumable(f"job {job_id} is {row.state}, not suspended")
+            row.attempt = min(row.attempt, row.max_attempts - 1)  # a resumed job has an attempt left (S05)
             self._make_due(row, self._d._now())
             job = row.job()
         self._d._wake((job.queue,))
@@ -731,4 +742,6 @@ class _MemoryIntrospector:
         with self._d._lock:
             for _, _, row in self._prunable(cutoffs):
                 remaining[row.state] += 1
-        return PruneResult(removed=removed, remaining=remaining)
+        # Counted up to MAX_PRUNE_ROWS per state, as the database drivers bound their counts.
+        capped = {state: min(count, v.MAX_PRUNE_ROWS) for state, count in remaining.items()}
+        return PruneResult(removed=removed, remaining=capped)

@@ -75,6 +75,7 @@ from . import _docs as d
 from ._errors import translated
 from ._introspect import MongoIntrospector
 from ._leases import MongoLeases
+from ._schedules import MongoSchedules
 from ._watch import Hub, Silent, Subscription
 
 __all__ = ["MongoDriver"]
@@ -135,6 +136,7 @@ class MongoDriver:
         self._hub: Hub | None = None
         self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
         self.introspect = MongoIntrospector(self, self._jobs)
+        self.schedules = MongoSchedules(self, db[f"{collection_prefix}schedules"])
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoDriver:

@@ -201,7 +201,12 @@ class MongoIntrospector:
         seq = d.parse_id(v.check_id(job_id))
         if seq is not None:
             doc = self._jobs.find_one_and_update(
-                {"_id": seq, "state": state.value}, {"$set": {"state": JobState.READY.value, "run_at": self._d._now()}},
+                {"_id": seq, "state": state.value},
+                # an update pipeline, so the attempt cap reads the row's own fields in the same operation
+                [{"$set": {
+                    "state": JobState.READY.value, "run_at": self._d._now(),
+                    "attempt": {"$min": ["$attempt", {"$subtract": ["$max_attempts", 1]}]},
+                }}],
                 return_document=ReturnDocument.AFTER,
             )
             if doc is not None:
@@ -317,31 +322,44 @@ class MongoIntrospector:
         cutoffs = v.prune_cutoffs(rules, self._d._now())
         removed = dict.fromkeys(sorted(FINISHED_STATES), 0)
         remaining = dict.fromkeys(sorted(FINISHED_STATES), 0)
-        if not cutoffs:  # every state kept forever
-            return PruneResult(removed=removed, remaining=remaining)
-        # One branch per state, each an equality on state and a range on finished_at, so
-        # each reads jc_finished (backwards) and the server merges them oldest first.
-        eligible: Doc = {"$or": [{"state": s.value, "finished_at": {"$lte": c}} for s, c in cutoffs.items()]}
         picked_total = 0
-        while not dry_run and picked_total < size:
+        while cutoffs and not dry_run and picked_total < size:
             want = min(step, size - picked_total)
-            picked = list(
-                self._jobs.find(eligible, {"_id": 1, "state": 1})
-                .sort([("finished_at", ASCENDING), ("_id", ASCENDING)]).limit(want)
-            )
-            picked_total += len(picked)  # counts reads, not deletes: the loop ends even if every row moved away
-            for state in {JobState(p["state"]) for p in picked}:
-                ids = [p["_id"] for p in picked if p["state"] == state.value]
+            # The oldest `want` of each state (each an index range read of jc_finished,
+            # backwards), merged here: a hint per state holds on every server, where one
+            # $or query would leave the merge to the planner.
+            candidates = sorted(
+                (row["finished_at"], row["_id"], state)
+                for state, cutoff in cutoffs.items()
+                for row in self._jobs.find(prune_query(state, cutoff), {"_id": 1, "finished_at": 1})
+                .sort(PRUNE_ORDER).hint(FINISHED_INDEX).limit(want)
+            )[:want]
+            picked_total += len(candidates)  # counts reads, not deletes: the loop ends even if every row moved away
+            for state in {c[2] for c in candidates}:
+                ids = [c[1] for c in candidates if c[2] is state]
                 # The delete repeats the guard: a row requeued (or finished again) since the read stays.
-                gone = self._jobs.delete_many(
-                    {"_id": {"$in": ids}, "state": state.value, "finished_at": {"$lte": cutoffs[state]}},
-                )
+                gone = self._jobs.delete_many({"$and": [prune_query(state, cutoffs[state]), {"_id": {"$in": ids}}]})
                 removed[state] += gone.deleted_count
-            if len(picked) < want:
+            if len(candidates) < want:
                 break
-        for row in self._jobs.aggregate([{"$match": eligible}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]):
-            remaining[JobState(row["_id"])] = int(row["n"])
+        # One bounded index count per state: a huge backlog reads as MAX_PRUNE_ROWS ("at
+        # least this many"), so answering never costs a scan of the whole history.
+        for state, cutoff in cutoffs.items():
+            remaining[state] = self._jobs.count_documents(
+                prune_query(state, cutoff), limit=v.MAX_PRUNE_ROWS, hint=FINISHED_INDEX,
+            )
         return PruneResult(removed=removed, remaining=remaining)
+
+
+FINISHED_INDEX = "jc_finished"
+"""``state, finished_at desc, _id desc``: read backwards, one state's rows oldest finished first."""
+PRUNE_ORDER = [("finished_at", ASCENDING), ("_id", ASCENDING)]
+"""R01: oldest ``finished_at`` first, then enqueue order."""
+
+
+def prune_query(state: JobState, cutoff: datetime) -> Doc:
+    """Jobs of the finished ``state`` that finished at or before ``cutoff`` (R01)."""
+    return {"state": state.value, "finished_at": {"$lte": cutoff}}
 
 
 def _requeue_update(now: datetime, due: datetime) -> list[Doc]:

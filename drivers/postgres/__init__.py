@@ -25,6 +25,7 @@ or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
 
 from __future__ import annotations
 
+import json
 import select
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,13 +42,14 @@ from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
 from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, stored_job
 
 from . import _schema
 from ._errors import translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
 from ._rows import epoch_ms, job_from_row, parse_id
+from ._schedules import PostgresSchedules
 from ._sql import Statements
 
 __all__ = ["PostgresDriver", "make_pool"]
@@ -77,6 +79,15 @@ def _alive(conn: psycopg.Connection[Any]) -> bool:
     return True
 
 
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+
+
+def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement answered rows (``cur.description`` would build its column list)."""
+    result = cur.pgresult
+    return result is not None and result.status == _TUPLES_OK
+
+
 def make_pool(
     conninfo: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0,
     statement_timeout: Duration | None = None, **kwargs: Any,
@@ -100,6 +111,14 @@ def make_pool(
     return ConnectionPool(
         conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
     )
+
+
+def _enqueue_items(news: Sequence[v.NewJob]) -> str:
+    """The ``items`` parameter of the enqueue statements: one JSON array of rows (see ``_sql.ENQUEUE``)."""
+    return json.dumps([
+        [n.name, n.queue, n.payload, n.state.value, n.priority, n.run_at.isoformat(), n.max_attempts, n.key]
+        for n in news
+    ])
 
 
 _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
@@ -162,6 +181,7 @@ class PostgresDriver:
         self._closed = False
         self.leases = PostgresLeases(self)
         self.introspect = PostgresIntrospector(self)
+        self.schedules = PostgresSchedules(self)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresDriver:
@@ -245,12 +265,12 @@ class PostgresDriver:
             if conn is not None:
                 with conn.cursor() as cur:
                     cur.execute(query, params)
-                    return cur.fetchall() if cur.description is not None else []
+                    return cur.fetchall() if _has_rows(cur) else []
         for attempt in (1, 2):
             try:
                 with translated(self.schema), self._connection() as pooled:
                     cur = pooled.execute(query, params)
-                    return cur.fetchall() if cur.description is not None else []
+                    return cur.fetchall() if _has_rows(cur) else []
             except BackendUnavailable as exc:
                 # Retry only a connection lost mid-call; a pool that had none to give already waited.
                 if not retry or attempt == 2 or isinstance(exc.__cause__, PoolTimeout):
@@ -318,17 +338,33 @@ class PostgresDriver:
         return self._insert(news, now, conn) if news else []
 
     def _insert(self, news: Sequence[v.NewJob], now: datetime, conn: psycopg.Connection[Any] | None) -> list[Job]:
+        if len(news) == 1 and news[0].key is None:  # the common case: one statement of scalars
+            new = news[0]
+            rows = self._fetch(self.q.ENQUEUE_ONE, {
+                "name": new.name, "queue": new.queue, "payload": new.payload, "state": new.state.value,
+                "priority": new.priority, "run_at": new.run_at, "max_attempts": new.max_attempts, "now": now,
+                "channel": self.channel,
+            }, conn=conn)
+            return [job_from_row(rows[0][:-1])]
+        if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
+            rows = self._fetch(self.q.ENQUEUE_MANY, {
+                "items": _enqueue_items(news), "now": now, "channel": self.channel,
+            }, conn=conn)
+            # The new rows hold exactly what was sent (checked, UTC, to the millisecond) plus their ids.
+            return [
+                stored_job(
+                    str(row[0]), n.name, n.queue, json.loads(n.payload), n.state, n.priority, 0, n.max_attempts,
+                    n.run_at, now, None, None, None, 0, None, None, None, None, (), False,
+                )
+                for row, n in zip(rows, news, strict=True)
+            ]
         answers: dict[int, Job] = {}
         pending = list(range(len(news)))
         for _ in range(_MAX_HOLDER_RETRIES):
             batch = [news[i] for i in pending]
-            rows = self._fetch(self.q.ENQUEUE, {
-                "names": [n.name for n in batch], "queues": [n.queue for n in batch],
-                "payloads": [n.payload for n in batch], "states": [n.state.value for n in batch],
-                "priorities": [n.priority for n in batch], "run_ats": [n.run_at for n in batch],
-                "max_attempts": [n.max_attempts for n in batch], "keys": [n.key for n in batch],
-                "now": now, "channel": self.channel,
-            }, conn=conn)
+            rows = self._fetch(
+                self.q.ENQUEUE, {"items": _enqueue_items(batch), "now": now, "channel": self.channel}, conn=conn
+            )
             for row in rows:
                 index = pending[row[0] - 1]
                 answers.setdefault(index, job_from_row(row[2:], duplicate=row[1]))

@@ -36,10 +36,13 @@ from jobcore.records import (
     JobFilter,
     JobState,
     Page,
+    PruneResult,
     RescueResult,
+    RetentionPolicy,
     Stats,
 )
 
+from ._prune import Pruner
 from ._rows import epoch_ms, filter_params, job_from_row, parse_id
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ class PostgresIntrospector:
 
     def __init__(self, driver: PostgresDriver) -> None:
         self._d = driver
+        self._pruner = Pruner(driver)
 
     def get(self, job_id: str) -> Job | None:
         ident = parse_id(v.check_id(job_id))
@@ -230,6 +234,13 @@ class PostgresIntrospector:
             return BulkResult(affected=0, remaining=0)
         row = self._d._fetch(self._d.q.REMOVE_MANY, {**params, "limit": size})[0]
         return BulkResult(affected=row[0], remaining=max(0, row[1] - row[0]))
+
+    def prune(
+        self, policy: RetentionPolicy | None = None, *, limit: int = v.DEFAULT_PRUNE_ROWS,
+        batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
+    ) -> PruneResult:
+        """Retention (R01, R02) in short ``SKIP LOCKED`` delete batches: see :mod:`._prune`."""
+        return self._pruner.prune(policy, limit=limit, batch=batch, dry_run=dry_run)
 
     def promote_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
         flt, size = v.check_filter(filter), v.check_bulk_limit(limit)

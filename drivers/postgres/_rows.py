@@ -13,13 +13,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jobcore.clock import to_millis
-from jobcore.records import Job, JobError, JobFilter, JobState
+from jobcore.records import Job, JobError, JobFilter, JobState, stored_job
 
 __all__ = ["epoch_ms", "filter_params", "job_from_row", "parse_id"]
 
 _UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
 _MAX_ID = 2**63 - 1
+_STATES = {state.value: state for state in JobState}
+_loads = json.loads
 
 
 def epoch_ms(value: datetime) -> int:
@@ -44,14 +46,15 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
         id_, name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors,
     ) = row
-    history = tuple(_error(e) for e in errors)
-    return Job(
-        id=str(id_), name=name, queue=queue, payload=json.loads(payload), state=JobState(state),
-        priority=priority, attempt=attempt, max_attempts=max_attempts, run_at=run_at.astimezone(_UTC),
-        created_at=created_at.astimezone(_UTC), attempted_at=_utc(attempted_at), finished_at=_utc(finished_at),
-        worker_id=worker_id, claim_no=claim_no, lease_expires_at=_utc(lease_expires_at), key=key,
-        result=None if result is None else json.loads(result),
-        last_error=history[-1] if history else None, errors=history, duplicate=duplicate,
+    history = tuple(_error(e) for e in errors) if errors else ()
+    # stored_job skips attrs' checks: every value here comes from a checked write
+    return stored_job(
+        str(id_), name, queue, _loads(payload), _STATES[state], priority, attempt, max_attempts,
+        run_at.astimezone(_UTC), created_at.astimezone(_UTC),
+        None if attempted_at is None else attempted_at.astimezone(_UTC),
+        None if finished_at is None else finished_at.astimezone(_UTC),
+        worker_id, claim_no, None if lease_expires_at is None else lease_expires_at.astimezone(_UTC), key,
+        None if result is None else _loads(result), history[-1] if history else None, history, duplicate,
     )
 
 

@@ -18,12 +18,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
-from psycopg import sql
-
 from jobcore import validate as v
 from jobcore.records import JobSpec, Schedule, ScheduleOutcome
 
-from ._sql import names
+from ._sql import render
 
 if TYPE_CHECKING:
     from . import PostgresDriver
@@ -49,21 +47,21 @@ GET: Final = f"SELECT {_COLS} FROM {{schedules}} AS s WHERE s.name = %(name)s"
 
 LIST: Final = f'SELECT {_COLS} FROM {{schedules}} AS s ORDER BY s.name COLLATE "C"'
 
-# The compare-and-set (P01). The overlap test (P03) reads the previous job in the same
-# statement; a pruned or removed job is not live, so its successor fires.
+# The overlap test (P03): the previous job is still live. A pruned or removed job is not,
+# so its successor fires. FIRE does not change last_job_id, so RETURNING re-evaluating
+# this on the new row reads the same job in the same snapshot.
+_OVERLAPPED: Final = f"""(NOT %(overlap)s AND EXISTS (
+    SELECT 1 FROM {{jobs}} AS j WHERE j.id = s.last_job_id AND j.state IN {_LIVE}))"""
+
+# The compare-and-set (P01): answers the row and whether the occurrence was skipped.
 FIRE: Final = f"""
 UPDATE {{schedules}} AS s SET
     watermark = %(occurrence)s,
     last_fired_at = %(now)s,
     updated_at = %(now)s,
-    last_outcome = CASE
-        WHEN NOT %(overlap)s AND EXISTS (
-            SELECT 1 FROM {{jobs}} AS j WHERE j.id = s.last_job_id AND j.state IN {_LIVE}
-        ) THEN 'skipped_overlap'
-        ELSE %(outcome)s::text
-    END
+    last_outcome = CASE WHEN {_OVERLAPPED} THEN 'skipped_overlap' ELSE %(outcome)s::text END
 WHERE s.name = %(name)s AND s.watermark = %(expected)s AND NOT s.paused
-RETURNING {_COLS}"""
+RETURNING {_COLS}, {_OVERLAPPED}"""
 
 SET_JOB: Final = f"""
 UPDATE {{schedules}} AS s SET last_job_id = %(job_id)s WHERE s.name = %(name)s RETURNING {_COLS}"""
@@ -86,7 +84,19 @@ RETURNING {_COLS}"""
 
 REMOVE: Final = "DELETE FROM {schedules} AS s WHERE s.name = %(name)s RETURNING s.name"
 
-_STATEMENTS: Final = ("DECLARE", "GET", "LIST", "FIRE", "SET_JOB", "PAUSE", "RESUME", "REMOVE")
+
+class _Statements:
+    """This module's statements rendered for one schema (bytes, ready for ``execute``)."""
+
+    def __init__(self, schema: str) -> None:
+        self.DECLARE = render(DECLARE, schema)
+        self.GET = render(GET, schema)
+        self.LIST = render(LIST, schema)
+        self.FIRE = render(FIRE, schema)
+        self.SET_JOB = render(SET_JOB, schema)
+        self.PAUSE = render(PAUSE, schema)
+        self.RESUME = render(RESUME, schema)
+        self.REMOVE = render(REMOVE, schema)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -95,7 +105,9 @@ def _utc(value: datetime | None) -> datetime | None:
 
 def schedule_from_row(row: Sequence[Any]) -> Schedule:
     """The :class:`Schedule` of one row of :data:`SCHEDULE_COLUMNS`."""
-    name, definition, watermark, paused, last_fired_at, last_outcome, last_job_id, created_at, updated_at = row
+    name, definition, watermark, paused, last_fired_at, last_outcome, last_job_id, created_at, updated_at = row[
+        : len(SCHEDULE_COLUMNS)
+    ]
     return Schedule(
         name=name, definition=json.loads(definition), watermark=watermark.astimezone(timezone.utc),
         paused=paused, last_fired_at=_utc(last_fired_at), last_outcome=last_outcome,
@@ -109,11 +121,10 @@ class PostgresSchedules:
 
     def __init__(self, driver: PostgresDriver) -> None:
         self._d = driver
-        idents = names(driver.schema)
-        self._q = {name: sql.SQL(globals()[name]).format(**idents).as_bytes() for name in _STATEMENTS}
+        self.q = _Statements(driver.schema)
 
-    def _one(self, statement: str, params: dict[str, Any], *, retry: bool = False) -> Schedule | None:
-        rows = self._d._fetch(self._q[statement], params, retry=retry)
+    def _one(self, query: bytes, params: dict[str, Any], *, retry: bool = False) -> Schedule | None:
+        rows = self._d._fetch(query, params, retry=retry)
         return schedule_from_row(rows[0]) if rows else None
 
     def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
@@ -121,17 +132,17 @@ class PostgresSchedules:
         text = v.check_schedule_definition(definition)
         begin = None if start is None else v.check_time(start, "start")
         now = self._d._now()
-        answer = self._one("DECLARE", {
+        answer = self._one(self.q.DECLARE, {
             "name": key, "definition": text, "watermark": now if begin is None else begin, "now": now,
         })
         assert answer is not None  # an upsert always answers its row
         return answer
 
     def get(self, name: str) -> Schedule | None:
-        return self._one("GET", {"name": v.check_schedule_name(name)}, retry=True)
+        return self._one(self.q.GET, {"name": v.check_schedule_name(name)}, retry=True)
 
     def list(self) -> builtins.list[Schedule]:
-        rows = self._d._fetch(self._q["LIST"], None, retry=True)
+        rows = self._d._fetch(self.q.LIST, None, retry=True)
         return sorted((schedule_from_row(r) for r in rows), key=lambda s: s.name)
 
     def fire(
@@ -144,24 +155,24 @@ class PostgresSchedules:
         now = d._now()
         spec = None if job is None else v.new_jobs([job], now=now, default_max_attempts=d._default_max_attempts)[0]
         with d._transaction() as conn:
-            rows = d._fetch(self._q["FIRE"], {
+            rows = d._fetch(self.q.FIRE, {
                 "name": key, "expected": old, "occurrence": new, "now": now, "outcome": result.value,
                 "overlap": allow_overlap,
             }, conn=conn)
             if not rows:
                 return None
-            answer = schedule_from_row(rows[0])
-            if spec is None or answer.last_outcome is ScheduleOutcome.SKIPPED_OVERLAP:
+            answer, skipped = schedule_from_row(rows[0]), rows[0][-1]
+            if spec is None or skipped:
                 return answer
             enqueued = d._insert([spec], now, conn)[0]
-            rows = d._fetch(self._q["SET_JOB"], {"name": key, "job_id": int(enqueued.id)}, conn=conn)
+            rows = d._fetch(self.q.SET_JOB, {"name": key, "job_id": int(enqueued.id)}, conn=conn)
             return schedule_from_row(rows[0])
 
     def pause(self, name: str) -> Schedule | None:
-        return self._one("PAUSE", {"name": v.check_schedule_name(name), "now": self._d._now()})
+        return self._one(self.q.PAUSE, {"name": v.check_schedule_name(name), "now": self._d._now()})
 
     def resume(self, name: str) -> Schedule | None:
-        return self._one("RESUME", {"name": v.check_schedule_name(name), "now": self._d._now()})
+        return self._one(self.q.RESUME, {"name": v.check_schedule_name(name), "now": self._d._now()})
 
     def remove(self, name: str) -> bool:
-        return bool(self._d._fetch(self._q["REMOVE"], {"name": v.check_schedule_name(name)}))
+        return bool(self._d._fetch(self.q.REMOVE, {"name": v.check_schedule_name(name)}))

@@ -11,6 +11,8 @@ Index design (why the claim stays flat as finished rows pile up): ``jobs_due`` h
 only ``ready``/``scheduled`` rows in claim order per queue, and ``jobs_running`` only
 ``running`` rows by lease expiry, so neither grows with ``done``/``dead`` history.
 ``jobs_live_key`` is the partial unique index behind idempotency keys (E02).
+``jobs_finished`` holds only finished rows by (state, finished_at): pruning's oldest-first
+read, never touched by a claim.
 """
 
 from __future__ import annotations
@@ -84,6 +86,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             created_at timestamptz NOT NULL,
             updated_at timestamptz NOT NULL
         )""",
+    ),
+    # 5: retention (rules R): the prune's index, and storage settings for a queue's churn
+    # (reasoning in docs/drivers/postgres.md, "Table health"). IF NOT EXISTS: on a large
+    # table an operator can build the index CONCURRENTLY first and the step finds it.
+    (
+        """CREATE INDEX IF NOT EXISTS jobs_finished ON {jobs} (state, finished_at, id)
+            WHERE state IN ('done', 'failed', 'dead', 'cancelled')""",
+        """ALTER TABLE {jobs} SET (fillfactor = 90, autovacuum_vacuum_cost_limit = 2000,
+            vacuum_truncate = false)""",
     ),
 )
 LATEST: Final = len(MIGRATIONS)

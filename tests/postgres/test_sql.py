@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import tokenize
 from datetime import timedelta
@@ -164,8 +165,8 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
         "NACK": {**fence, "fail": False, "park": False, "give_back": 0, "dead_letter": True, "type": "E",
                  "message": "m", "now": now, "now_ms": epoch_ms(now), "retry_at": now, "channel": "c"},
         "HEARTBEAT": {**fence, "expires": now},
-        "ENQUEUE": {"names": ["a"], "queues": ["q"], "payloads": ["null"], "states": ["ready"], "priorities": [0],
-                    "run_ats": [now], "max_attempts": [3], "keys": ["k"], "now": now, "channel": "c"},
+        "ENQUEUE": {"items": json.dumps([["a", "q", "null", "ready", 0, now.isoformat(), 3, "k"]]), "now": now,
+                    "channel": "c"},
         "GET": {"id": 5},
         "RESCUE": {"now": now, "now_ms": epoch_ms(now), "channel": "c"},
     }

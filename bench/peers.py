@@ -1,0 +1,1010 @@
+"""jobcore against the other Python PostgreSQL queues, Procrastinate and PGQueuer (a script, not a test).
+
+    .venv/bin/python bench/peers.py [--jobs N] [--runs R] [--quick] [--no-write] [--systems a,b]
+
+What it does, in one run:
+
+1. starts its own throwaway PostgreSQL from the local binaries (``fixtures/postgres.py``'s
+   ``LocalServer``, with ``pg_stat_statements`` preloaded), one database per system;
+2. installs the peers at the pinned versions (:data:`PEER_PINS`) into a separate virtualenv
+   (``~/.cache/jobcore-bench/peers-venv``, or ``$JOBCORE_BENCH_VENV``), never into the
+   project's; peer workers and peer enqueuers run from that venv, jobcore's from this one;
+3. for each of ``--runs`` rounds, phase by phase, and for each system in an order that
+   rotates every round:
+
+   * enqueue one at a time (each system's own enqueue call, one transaction per job),
+   * enqueue in batches of 1,000 (this fills the queue for the drain that follows),
+   * drain ``--jobs`` already-queued no-op jobs with 1, then 4, worker processes run by each
+     system's own CLI with its defaults; timing starts once every worker is connected and
+     blocked on the queue table (the harness holds an ``ACCESS EXCLUSIVE`` lock until all of
+     them wait on it) and stops when the system's own "done" count reaches N; afterwards
+     every job is checked to have ended done,
+   * enqueue-to-start latency: one idle worker waits, jobs are enqueued one by one about
+     25 ms apart, each carrying its enqueue wall time, and the handler records its start;
+   * client CPU (the worker processes, from ``/proc``), server CPU (the postgres processes,
+     the harness's own backends left out) and statements per job (``pg_stat_statements``,
+     the workers' role only) over each drain;
+
+4. prints one table (medians over the rounds; latency percentiles over all samples pooled)
+   with jobcore's ratio to the better peer on each row, PASS/FAIL for the goals, and
+   writes it into ``docs/benchmarks.md`` between ``<!-- peers:start -->`` and
+   ``<!-- peers:end -->`` (not with ``--quick`` or ``--no-write``).
+
+The module doubles as the peers' application module (``procrastinate --app
+peers.procrastinate_app``, ``pgq run peers:pgqueuer_factory``, ``jobcore worker
+bench/peers.py``) and as the enqueue agent each system's interpreter runs
+(``--agent SYSTEM ACTION``), so its top level imports the standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+DOC_START, DOC_END = "<!-- peers:start -->", "<!-- peers:end -->"
+
+PEER_PINS = (
+    "procrastinate==3.10.0",
+    "pgqueuer==1.6.0",
+    "asyncpg==0.32.0",
+    "uvloop==0.23.0",
+    "psycopg[binary]==3.3.9",  # the same C build of psycopg jobcore runs with
+    "psycopg-pool==3.3.3",
+    "typer==0.28.0",  # pgqueuer 1.6.0's `pgq run` fails under typer 0.29 (its --log-level arrives as a str)
+)
+"""What the peers' virtualenv holds: the peers and the drivers their docs recommend."""
+
+SYSTEMS = ("jobcore", "procrastinate", "pgqueuer")
+PEERS = ("procrastinate", "pgqueuer")
+JOB_NAME = "noop"  # the job/task/entrypoint name in every system
+BATCH = 1000  # jobs per batch enqueue call
+BENCH_ROLE = "bench"  # workers and enqueuers log in as this role; the harness as the cluster owner
+DSN_ENV = "JC_BENCH_DSN"
+LATENCY_ENV = "JC_BENCH_LATENCY_FILE"
+ROLE_ENV = "JC_BENCH_ROLE"
+
+# Per system: the queue table the barrier locks, the count of finished jobs, the state tally
+# used to verify every job ended done, and how to empty everything between phases.
+QUEUE_TABLE = {"jobcore": "jobcore.jobs", "procrastinate": "procrastinate_jobs", "pgqueuer": "pgqueuer"}
+DONE_SQL = {
+    "jobcore": "SELECT count(*) FROM jobcore.jobs WHERE state = 'done'",
+    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+    "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",  # finished jobs leave the queue
+}
+TALLY_SQL = {
+    "jobcore": "SELECT state, count(*) FROM jobcore.jobs GROUP BY 1",
+    "procrastinate": "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1",
+    "pgqueuer": "SELECT 'queue:' || status::text, count(*) FROM pgqueuer GROUP BY 1"
+    " UNION ALL SELECT 'log:' || status::text, count(*) FROM pgqueuer_log GROUP BY 1",
+}
+DONE_KEY = {"jobcore": "done", "procrastinate": "succeeded", "pgqueuer": "log:successful"}
+QUEUED_SQL = {system: f"SELECT count(*) FROM {table}" for system, table in QUEUE_TABLE.items()}
+EMPTY_SQL = {
+    "jobcore": "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
+    "procrastinate": "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers,"
+    " procrastinate_workers RESTART IDENTITY CASCADE",
+    "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY",
+}
+
+
+# -- the handlers and applications (imported by each system's worker) ------------------------
+
+
+def _record(sent: Any) -> None:
+    """Latency phase only: append "enqueue wall time, start wall time" for this job."""
+    path = os.environ.get(LATENCY_ENV)
+    if path and sent is not None:
+        started = time.time()
+        with open(path, "a") as out:
+            out.write(f"{sent!r} {started!r}\n")
+
+
+def _jobcore_noop(payload: Any) -> None:
+    _record(payload.get("t") if isinstance(payload, dict) else None)
+
+
+def _jobcore_handle() -> Any:
+    from jobcore import job  # noqa: PLC0415 - only in jobcore's interpreter
+    from jobcore.registry import default_registry  # noqa: PLC0415
+
+    if JOB_NAME in default_registry:
+        return default_registry.get(JOB_NAME)
+    return job(name=JOB_NAME)(_jobcore_noop)
+
+
+def _procrastinate_app() -> Any:
+    import procrastinate  # noqa: PLC0415 - only in the peers' interpreter
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ[DSN_ENV]))
+
+    @app.task(name=JOB_NAME)
+    async def noop(n: int | None = None, t: float | None = None) -> None:
+        _record(t)
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def pgqueuer_factory() -> AsyncIterator[Any]:
+    """``pgq run peers:pgqueuer_factory``: the consumer as PGQueuer's docs set it up (asyncpg)."""
+    import asyncpg  # noqa: PLC0415 - only in the peers' interpreter
+    from pgqueuer import PgQueuer  # noqa: PLC0415
+    from pgqueuer.db import AsyncpgDriver  # noqa: PLC0415
+
+    connection = await asyncpg.connect(os.environ[DSN_ENV])
+    pgq = PgQueuer(AsyncpgDriver(connection))
+
+    @pgq.entrypoint(JOB_NAME)
+    async def noop(job: Any) -> None:
+        if job.payload and job.payload.startswith(b'{"t"'):
+            _record(json.loads(job.payload)["t"])
+
+    try:
+        yield pgq
+    finally:
+        await connection.close()
+
+
+def __getattr__(name: str) -> Any:
+    """``procrastinate --app=peers.procrastinate_app`` builds the app on first access."""
+    if name == "procrastinate_app":
+        app = _procrastinate_app()
+        globals()[name] = app
+        return app
+    raise AttributeError(name)
+
+
+# -- the enqueue agent (runs in each system's interpreter, prints one JSON line) ---------------
+
+
+def _agent(system: str, action: str, count: int, extra: float) -> dict[str, Any]:
+    if system == "jobcore":
+        return _agent_jobcore(action, count, extra)
+    runner = _agent_procrastinate if system == "procrastinate" else _agent_pgqueuer
+    return asyncio.run(runner(action, count, extra))
+
+
+def _pace(index: int, spacing: float) -> float:
+    """Seconds to sleep before latency sample ``index``: ``spacing`` jittered by +-40%."""
+    return spacing * random.uniform(0.6, 1.4) if index else 0.0
+
+
+def _agent_jobcore(action: str, count: int, extra: float) -> dict[str, Any]:
+    from jobcore import connect  # noqa: PLC0415
+
+    handle = _jobcore_handle()
+    driver = connect(os.environ[DSN_ENV])
+    try:
+        if action == "single":
+            for i in range(20):  # warm-up: connections, prepared plans
+                handle.enqueue({"n": -i}, driver=driver)
+            started = time.perf_counter()
+            for i in range(count):
+                handle.enqueue({"n": i}, driver=driver)
+        elif action == "batch":
+            size = int(extra)
+            started = time.perf_counter()
+            for first in range(0, count, size):
+                handle.enqueue_many([{"n": i} for i in range(first, min(count, first + size))], driver=driver)
+        else:
+            for i in range(3):
+                handle.enqueue({"n": -i}, driver=driver)
+            started = time.perf_counter()
+            for i in range(count):
+                time.sleep(_pace(i, extra))
+                handle.enqueue({"t": time.time()}, driver=driver)
+        return {"seconds": time.perf_counter() - started}
+    finally:
+        driver.close()
+
+
+async def _agent_procrastinate(action: str, count: int, extra: float) -> dict[str, Any]:
+    app = _procrastinate_app()
+    task = app.tasks[JOB_NAME]
+    async with app.open_async():
+        if action == "single":
+            for i in range(20):
+                await task.defer_async(n=-i)
+            started = time.perf_counter()
+            for i in range(count):
+                await task.defer_async(n=i)
+        elif action == "batch":
+            size = int(extra)
+            started = time.perf_counter()
+            for first in range(0, count, size):
+                await task.batch_defer_async(*({"n": i} for i in range(first, min(count, first + size))))
+        else:
+            for i in range(3):
+                await task.defer_async(n=-i)
+            started = time.perf_counter()
+            for i in range(count):
+                await asyncio.sleep(_pace(i, extra))
+                await task.defer_async(t=time.time())
+    return {"seconds": time.perf_counter() - started}
+
+
+async def _agent_pgqueuer(action: str, count: int, extra: float) -> dict[str, Any]:
+    import asyncpg  # noqa: PLC0415
+    from pgqueuer.db import AsyncpgDriver  # noqa: PLC0415
+    from pgqueuer.queries import Queries  # noqa: PLC0415
+
+    connection = await asyncpg.connect(os.environ[DSN_ENV])
+    queries = Queries(AsyncpgDriver(connection))
+    try:
+        if action == "single":
+            for i in range(20):
+                await queries.enqueue(JOB_NAME, json.dumps({"n": -i}).encode(), 0)
+            started = time.perf_counter()
+            for i in range(count):
+                await queries.enqueue(JOB_NAME, json.dumps({"n": i}).encode(), 0)
+        elif action == "batch":
+            size = int(extra)
+            started = time.perf_counter()
+            for first in range(0, count, size):
+                chunk = range(first, min(count, first + size))
+                await queries.enqueue(
+                    [JOB_NAME] * len(chunk), [json.dumps({"n": i}).encode() for i in chunk], [0] * len(chunk)
+                )
+        else:
+            for i in range(3):
+                await queries.enqueue(JOB_NAME, json.dumps({"n": -i}).encode(), 0)
+            started = time.perf_counter()
+            for i in range(count):
+                await asyncio.sleep(_pace(i, extra))
+                await queries.enqueue(JOB_NAME, json.dumps({"t": time.time()}).encode(), 0)
+        return {"seconds": time.perf_counter() - started}
+    finally:
+        await connection.close()
+
+
+LATENCY_WARMUP = 3  # jobs the latency agent enqueues (unrecorded) before its samples
+
+
+# -- /proc: CPU seconds of process trees -------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, utime + stime in seconds) for every process we can read."""
+    table: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        rest = raw[raw.rfind(")") + 2 :].split()
+        table[int(entry)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK)
+    return table
+
+
+def _tree_cpu(roots: list[int], exclude: set[int] | None = None) -> dict[int, float]:
+    """CPU seconds so far of each process in the trees under ``roots`` (``exclude`` left out)."""
+    exclude = exclude or set()
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, float] = {}
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in table and pid not in exclude:
+            out[pid] = table[pid][1]
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU spent between two snapshots (a process born in between counts from zero)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+# -- the harness -------------------------------------------------------------------------------
+
+
+def ensure_venv(path: Path) -> Path:
+    """The peers' virtualenv at ``path`` holding exactly :data:`PEER_PINS`; answers its python."""
+    python = path / "bin" / "python"
+    marker = path / "jobcore-bench-pins.txt"
+    wanted = "\n".join(PEER_PINS) + "\n"
+    if python.exists() and marker.exists() and marker.read_text() == wanted:
+        return python
+    print(f"installing {', '.join(PEER_PINS)} into {path} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(path)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PINS], check=True)
+    marker.write_text(wanted)
+    return python
+
+
+class Failure(Exception):
+    """A phase of one system went wrong; it is reported and its figures left out."""
+
+
+class Harness:
+    """The server, the per-system databases and the phases."""
+
+    def __init__(self, server: Any, venv_python: Path, workdir: Path) -> None:
+        import psycopg  # noqa: PLC0415 - the harness runs in the project's venv
+
+        self.psycopg = psycopg
+        self.server = server
+        self.venv_bin = venv_python.parent
+        self.venv_python = venv_python
+        self.workdir = workdir
+        self.admin = psycopg.connect(server.url, autocommit=True)
+        self.conns: dict[str, Any] = {}
+        self.harness_pids: set[int] = set()
+        self._serial = 0
+        self.jobcore_bin = Path(sys.executable).parent / "jobcore"
+
+    # ---- setup ----
+
+    def url(self, system: str, app_name: str | None = None, *, admin: bool = False) -> str:
+        user = "jobcore" if admin else BENCH_ROLE
+        base = f"postgresql://{user}@127.0.0.1:{self.server.port}/bench_{system}"
+        params = ["schema=jobcore"] if system == "jobcore" and not admin else []
+        if app_name:
+            params.append(f"application_name={app_name}")
+        return base + ("?" + "&".join(params) if params else "")
+
+    def env(self, system: str, app_name: str | None = None, **extra: str) -> dict[str, str]:
+        env = {**os.environ, DSN_ENV: self.url(system, app_name), "PYTHONPATH": str(HERE), **extra}
+        env.pop("VIRTUAL_ENV", None)
+        return env
+
+    def setup(self, systems: tuple[str, ...]) -> None:
+        self.admin.execute(f"CREATE ROLE {BENCH_ROLE} LOGIN SUPERUSER")
+        self.admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        self.harness_pids.add(self.admin.info.backend_pid)
+        for system in systems:
+            self.admin.execute(f"CREATE DATABASE bench_{system} OWNER {BENCH_ROLE}")
+            if system == "jobcore":
+                from jobcore import connect  # noqa: PLC0415
+
+                driver = connect(self.url(system))
+                driver.migrate()
+                driver.close()
+            elif system == "procrastinate":
+                self._run(
+                    [str(self.venv_bin / "procrastinate"), "--app=peers.procrastinate_app", "schema", "--apply"],
+                    self.env(system),
+                )
+            else:
+                self._run([str(self.venv_bin / "pgq"), "install"], {**self.env(system), "PGDSN": self.url(system)})
+            conn = self.psycopg.connect(self.url(system, admin=True), autocommit=True)
+            self.harness_pids.add(conn.info.backend_pid)
+            self.conns[system] = conn
+
+    @staticmethod
+    def _run(cmd: list[str], env: dict[str, str]) -> str:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE), check=False)
+        if done.returncode:
+            raise Failure(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
+        return done.stdout
+
+    # ---- helpers ----
+
+    def scalar(self, system: str, query: str) -> int:
+        row = self.conns[system].execute(query).fetchone()
+        return int(row[0]) if row else 0
+
+    def tally(self, system: str) -> dict[str, int]:
+        return {str(k): int(n) for k, n in self.conns[system].execute(TALLY_SQL[system]).fetchall()}
+
+    def empty(self, system: str) -> None:
+        self.conns[system].execute(EMPTY_SQL[system])
+
+    def agent(self, system: str, action: str, count: int, extra: float) -> float:
+        python = sys.executable if system == "jobcore" else str(self.venv_python)
+        cmd = [python, str(HERE / "peers.py"), "--agent", system, action, str(count), str(extra)]
+        out = self._run(cmd, self.env(system, f"agent_{system}"))
+        return float(json.loads(out.strip().splitlines()[-1])["seconds"])
+
+    def worker_cmd(self, system: str, app_name: str) -> list[str]:
+        if system == "jobcore":
+            return [str(self.jobcore_bin), "worker", str(HERE / "peers.py"), "--url", self.url(system, app_name)]
+        if system == "procrastinate":
+            return [str(self.venv_bin / "procrastinate"), "--app=peers.procrastinate_app", "worker"]
+        return [str(self.venv_bin / "pgq"), "run", "peers:pgqueuer_factory"]
+
+    @contextlib.contextmanager
+    def workers(self, system: str, count: int, **extra_env: str) -> Iterator[dict[str, Any]]:
+        """Start ``count`` workers behind the lock barrier; yields once all wait on the queue table.
+
+        The yielded dict has ``release()``: drop the barrier, answering the harness's
+        snapshot (wall time, client and server CPU) taken right before.
+        """
+        self._serial += 1
+        names = [f"bw{self._serial}_{i}" for i in range(count)]
+        lock = self.psycopg.connect(self.url(system, admin=True))
+        self.harness_pids.add(lock.info.backend_pid)
+        lock.execute(f"LOCK TABLE {QUEUE_TABLE[system]} IN ACCESS EXCLUSIVE MODE")
+        procs: list[subprocess.Popen[bytes]] = []
+        logs = []
+        try:
+            for name in names:
+                log = open(self.workdir / f"{name}_{system}.log", "wb")  # noqa: SIM115 - closed below
+                logs.append(log)
+                role = {ROLE_ENV: "jobcore-worker"} if system == "jobcore" else {}
+                env = {**self.env(system, name), **role, **extra_env}
+                procs.append(
+                    subprocess.Popen(
+                        self.worker_cmd(system, name),
+                        env=env,
+                        stdout=log,
+                        stderr=log,
+                        cwd=str(HERE),
+                        start_new_session=True,
+                    )
+                )
+            deadline = time.monotonic() + 90
+            while True:
+                rows = self.admin.execute(
+                    "SELECT DISTINCT application_name FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND application_name = ANY(%s)",
+                    (names,),
+                ).fetchall()
+                if len(rows) == count:
+                    break
+                for proc, name in zip(procs, names, strict=True):
+                    if proc.poll() is not None:
+                        raise Failure(f"{system} worker {name} exited {proc.returncode}: {self._tail(name, system)}")
+                if time.monotonic() > deadline:
+                    raise Failure(f"{system} workers not all waiting on the queue after 90s")
+                time.sleep(0.02)
+
+            def release() -> dict[str, Any]:
+                snap = self.snapshot(procs)
+                lock.commit()
+                return snap
+
+            yield {"release": release, "procs": procs}
+        finally:
+            with contextlib.suppress(Exception):
+                lock.close()
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+            stop_by = time.monotonic() + 20
+            for proc in procs:
+                try:
+                    proc.wait(max(0.1, stop_by - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            for log in logs:
+                log.close()
+
+    def _tail(self, name: str, system: str) -> str:
+        with contextlib.suppress(OSError):
+            return (self.workdir / f"{name}_{system}.log").read_text(errors="replace")[-1500:]
+        return ""
+
+    def snapshot(self, procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+        return {
+            "t": time.perf_counter(),
+            "client": _tree_cpu([p.pid for p in procs]),
+            "server": _tree_cpu([self.server.proc.pid], self.harness_pids),
+        }
+
+    def statements(self, system: str) -> int:
+        row = self.admin.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements"
+            " WHERE userid = (SELECT oid FROM pg_roles WHERE rolname = %s)"
+            " AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
+            (BENCH_ROLE, f"bench_{system}"),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def wait_done(self, system: str, target: int, timeout: float, procs: list[Any]) -> None:
+        deadline = time.monotonic() + timeout
+        while self.scalar(system, DONE_SQL[system]) < target:
+            if time.monotonic() > deadline:
+                raise Failure(f"{system}: not all {target} jobs done after {timeout:.0f}s: {self.tally(system)}")
+            if any(p.poll() is not None for p in procs):
+                raise Failure(f"{system}: a worker exited during the phase: {self.tally(system)}")
+            time.sleep(0.05)
+
+    # ---- phases ----
+
+    def single(self, system: str, count: int) -> float:
+        self.empty(system)
+        seconds = self.agent(system, "single", count, 0)
+        total = self.scalar(system, QUEUED_SQL[system])
+        if total != count + 20:
+            raise Failure(f"{system}: single enqueue stored {total} jobs, expected {count + 20}")
+        return count / seconds
+
+    def batch_and_drain(self, system: str, count: int, workers: int) -> dict[str, float]:
+        self.empty(system)
+        seconds = self.agent(system, "batch", count, BATCH)
+        queued = self.scalar(system, QUEUED_SQL[system])
+        if queued != count:
+            raise Failure(f"{system}: batch enqueue stored {queued} jobs, expected {count}")
+        # Statistics only now that the phase's data is in place (an ANALYZE of the empty
+        # table would have steered the planner wrong for the inserts).
+        self.conns[system].execute(f"ANALYZE {QUEUE_TABLE[system]}")
+        with self.workers(system, workers) as fleet:
+            self.admin.execute("SELECT pg_stat_statements_reset()")
+            before = fleet["release"]()
+            self.wait_done(system, count, max(300.0, count / 20), fleet["procs"])
+            after = self.snapshot(fleet["procs"])
+            calls = self.statements(system)
+        tally = self.tally(system)
+        if not ended_done(system, tally, count):
+            raise Failure(f"{system}: after the drain {tally}, expected {count} {DONE_KEY[system]} and nothing else")
+        elapsed = after["t"] - before["t"]
+        per_k = 1000 / count
+        return {
+            "batch": count / seconds,
+            "drain": count / elapsed,
+            "client_cpu": _cpu_delta(before["client"], after["client"]) * per_k,
+            "server_cpu": _cpu_delta(before["server"], after["server"]) * per_k,
+            "statements": calls / count,
+            "verified": float(tally[DONE_KEY[system]]),
+        }
+
+    def latency(self, system: str, count: int, spacing: float) -> list[float]:
+        self.empty(system)
+        path = self.workdir / f"latency_{system}_{self._serial}.txt"
+        path.unlink(missing_ok=True)
+        with self.workers(system, 1, **{LATENCY_ENV: str(path)}) as fleet:
+            fleet["release"]()
+            time.sleep(1.0)  # the worker finds nothing and settles into waiting
+            self.agent(system, "latency", count, spacing)
+            self.wait_done(system, count + LATENCY_WARMUP, 60, fleet["procs"])
+        samples = [line.split() for line in path.read_text().splitlines() if line.strip()]
+        if len(samples) != count:
+            raise Failure(f"{system}: {len(samples)} latency samples recorded, expected {count}")
+        return [(float(b) - float(a)) * 1000 for a, b in samples]
+
+
+def ended_done(system: str, tally: dict[str, int], count: int) -> bool:
+    """Every one of ``count`` jobs ended done, none in any other state.
+
+    PGQueuer moves a finished job out of its queue table into its log, which also holds a
+    row per earlier status change ('queued', 'picked'): its queue must be empty, its log
+    must hold ``count`` 'successful' rows and no failure of any kind.
+    """
+    if tally.get(DONE_KEY[system]) != count:
+        return False
+    if system != "pgqueuer":
+        return sum(tally.values()) == count
+    bad = ("log:exception", "log:failed", "log:canceled", "log:deleted")
+    return not any(key.startswith("queue:") or key in bad for key in tally)
+
+
+# -- running it all ----------------------------------------------------------------------------
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+ROWS: tuple[tuple[str, str, bool], ...] = (
+    # (label, key, higher is better)
+    ("enqueue one at a time (jobs/s)", "single", True),
+    (f"enqueue in batches of {BATCH:,} (jobs/s)", "batch", True),
+    ("drain, 1 worker (jobs/s)", "drain1", True),
+    ("drain, 4 workers (jobs/s)", "drain4", True),
+    ("enqueue-to-start p50 (ms)", "p50", False),
+    ("enqueue-to-start p99 (ms)", "p99", False),
+    ("client CPU s / 1,000 jobs, 1 worker", "client_cpu1", False),
+    ("client CPU s / 1,000 jobs, 4 workers", "client_cpu4", False),
+    ("server CPU s / 1,000 jobs, 1 worker", "server_cpu1", False),
+    ("server CPU s / 1,000 jobs, 4 workers", "server_cpu4", False),
+    ("statements / job, 1 worker", "statements1", False),
+    ("statements / job, 4 workers", "statements4", False),
+)
+
+
+def run_all(
+    h: Harness, systems: tuple[str, ...], jobs: int, runs: int, single_n: int, lat_n: int, budget: float | None
+) -> dict[str, Any]:
+    """Every phase ``runs`` times; a run is not started when ``budget`` seconds would not hold it."""
+    began = time.monotonic()
+    completed = 0
+    samples: dict[str, dict[str, list[float]]] = {s: {} for s in systems}
+    failures: list[str] = []
+
+    def add(system: str, key: str, value: float) -> None:
+        samples[system].setdefault(key, []).append(value)
+
+    def attempt(label: str, system: str, fn: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        try:
+            out = fn()
+        except Failure as exc:
+            failures.append(f"run {run + 1} {label} {system}: {exc}")
+            print(f"  {system:<13} {label}: FAILED {exc}", flush=True)
+            return None
+        print(f"  {system:<13} {label}: {_brief(out)} ({time.monotonic() - started:.1f}s)", flush=True)
+        return out
+
+    for run in range(runs):
+        spent = time.monotonic() - began
+        if budget is not None and completed and spent + spent / completed > budget:
+            print(f"\n(stopping after {completed} runs: another would overrun --max-minutes)", flush=True)
+            break
+        order = systems[run % len(systems) :] + systems[: run % len(systems)]
+        print(f"\n== run {run + 1} of {runs} (order: {', '.join(order)}) ==", flush=True)
+        for system in order:
+            value = attempt("enqueue one at a time", system, lambda s=system: h.single(s, single_n))
+            if value is not None:
+                add(system, "single", value)
+        for workers in (1, 4):
+            for system in order:
+                out = attempt(
+                    f"batch enqueue + drain with {workers} worker(s)",
+                    system,
+                    lambda s=system, w=workers: h.batch_and_drain(s, jobs, w),
+                )
+                if out is not None:
+                    add(system, "batch", out["batch"])
+                    for key in ("drain", "client_cpu", "server_cpu", "statements", "verified"):
+                        add(system, f"{key}{workers}", out[key])
+        for system in order:
+            lat = attempt("latency", system, lambda s=system: h.latency(s, lat_n, 0.025))
+            if lat is not None:
+                samples[system].setdefault("latency", []).extend(lat)
+        completed += 1
+    results: dict[str, dict[str, float | None]] = {}
+    for system in systems:
+        got = samples[system]
+        results[system] = {key: _median(got.get(key, [])) for _, key, _ in ROWS if not key.startswith("p")}
+        results[system]["p50"] = _percentile(got.get("latency", []), 0.50)
+        results[system]["p99"] = _percentile(got.get("latency", []), 0.99)
+        results[system]["verified1"] = _median(got.get("verified1", []))
+        results[system]["verified4"] = _median(got.get("verified4", []))
+        results[system]["latency_samples"] = float(len(got.get("latency", [])))
+    return {"results": results, "failures": failures, "runs": completed}
+
+
+def _brief(out: Any) -> str:
+    if isinstance(out, float):
+        return f"{out:,.0f} jobs/s"
+    if isinstance(out, list):
+        return f"p50 {_percentile(out, 0.5):.1f} ms, p99 {_percentile(out, 0.99):.1f} ms ({len(out)} samples)"
+    return (
+        f"batch {out['batch']:,.0f} jobs/s, drain {out['drain']:,.0f} jobs/s, client {out['client_cpu']:.3f}"
+        f" / server {out['server_cpu']:.3f} CPU s per 1k, {out['statements']:.2f} statements/job"
+    )
+
+
+def _fmt(value: float | None, key: str) -> str:
+    if value is None:
+        return "n/a"
+    if key in ("single", "batch", "drain1", "drain4"):
+        return f"{value:,.0f}"
+    if key.startswith("p"):
+        return f"{value:.1f}"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def best_peer(results: dict[str, dict[str, float | None]], key: str, higher: bool) -> tuple[str, float] | None:
+    have = [(p, results[p][key]) for p in PEERS if p in results and results[p].get(key) is not None]
+    if not have:
+        return None
+    pick = max if higher else min
+    return pick(have, key=lambda item: item[1])  # type: ignore[arg-type, return-value]
+
+
+def ratio(results: dict[str, dict[str, float | None]], key: str, higher: bool) -> float | None:
+    """jobcore's figure over the better peer's (throughput: >1 is better; costs: <1 is better)."""
+    best = best_peer(results, key, higher)
+    mine = results.get("jobcore", {}).get(key)
+    if best is None or mine is None or best[1] == 0:
+        return None
+    return mine / best[1]
+
+
+def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...]) -> str:
+    head = ["", *systems, "jobcore / better peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, key, higher in ROWS:
+        r = ratio(results, key, higher)
+        note = "" if r is None else f"{r:.2f}x ({'higher' if higher else 'lower'} is better)"
+        cells = [label, *(_fmt(results[s].get(key), key) for s in systems), note or "n/a"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+GOALS: tuple[tuple[str, Callable[[dict[str, dict[str, float | None]]], float | None], float, bool], ...] = (
+    # (text, figure, threshold, figure must be >= threshold)
+    ("drain with 4 workers >= 2x the faster peer", lambda r: ratio(r, "drain4", True), 2.0, True),
+    ("drain with 1 worker >= 1.5x the faster peer", lambda r: ratio(r, "drain1", True), 1.5, True),
+    ("batch enqueue >= the faster peer", lambda r: ratio(r, "batch", True), 1.0, True),
+    ("one-at-a-time enqueue >= the faster peer", lambda r: ratio(r, "single", True), 1.0, True),
+    ("enqueue-to-start p50 < 10 ms", lambda r: r.get("jobcore", {}).get("p50"), 10.0, False),
+    ("enqueue-to-start p99 < 50 ms", lambda r: r.get("jobcore", {}).get("p99"), 50.0, False),
+)
+
+
+def goals(results: dict[str, dict[str, float | None]]) -> list[str]:
+    out = []
+    for text, figure, threshold, at_least in GOALS:
+        value = figure(results)
+        if value is None:
+            out.append(f"- n/a: {text} (not measured)")
+            continue
+        ok = value >= threshold if at_least else value < threshold
+        shown = f"{value:.2f}x" if at_least else f"{value:.1f} ms"
+        out.append(f"- {'PASS' if ok else 'FAIL'}: {text}: {shown}")
+    return out
+
+
+def machine(h: Harness) -> str:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kb = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    settings = dict(
+        h.admin.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'fsync', 'synchronous_commit',"
+            " 'full_page_writes', 'shared_buffers', 'max_wal_size')"
+        ).fetchall()
+    )
+    buffers = int(settings.get("shared_buffers", "0")) * 8 // 1024
+    return (
+        f"{os.cpu_count()} cores ({model or platform.machine()}){mem}, {platform.system()} {platform.release()};"
+        f" Python {platform.python_version()}; PostgreSQL {settings.get('server_version', '?')} on the same"
+        f" machine over TCP loopback, fsync={settings.get('fsync')}, synchronous_commit="
+        f"{settings.get('synchronous_commit')}, full_page_writes={settings.get('full_page_writes')},"
+        f" shared_buffers={buffers}MB"
+    )
+
+
+def versions(h: Harness) -> dict[str, str]:
+    got = h._run(
+        [
+            str(h.venv_python),
+            "-c",
+            (
+                "import importlib.metadata as m; print(' '.join(f'{p}={m.version(p)}' for p in"
+                " ('procrastinate', 'pgqueuer', 'asyncpg', 'uvloop', 'psycopg', 'psycopg-binary')))"
+            ),
+        ],
+        dict(os.environ),
+    )
+    out = dict(item.split("=", 1) for item in got.split())
+    import importlib.metadata as md  # noqa: PLC0415
+
+    out["jobcore"] = md.version("jobcore")
+
+    def git(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    if head.returncode == 0:
+        out["jobcore"] += f" at {head.stdout.strip()}" + (" plus uncommitted changes" if dirty.stdout.strip() else "")
+    out["jobcore-psycopg"] = md.version("psycopg")
+    return out
+
+
+def report(
+    h: Harness, data: dict[str, Any], systems: tuple[str, ...], args: argparse.Namespace, elapsed: float, command: str
+) -> str:
+    results = data["results"]
+    v = versions(h)
+    lines = [
+        DOC_START,
+        "## Against Procrastinate and PGQueuer",
+        "",
+        "`bench/peers.py` starts its own PostgreSQL, installs the peers into a separate virtualenv",
+        "at pinned versions, and measures all three on the same server in one run, alternating",
+        "systems phase by phase. Reproduce with:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        f"Machine: {machine(h)}.",
+        f"Versions: jobcore {v['jobcore']} (psycopg {v['jobcore-psycopg']}, C build);"
+        f" procrastinate {v.get('procrastinate')} (psycopg {v.get('psycopg')}, C build);"
+        f" pgqueuer {v.get('pgqueuer')} (asyncpg {v.get('asyncpg')}, uvloop {v.get('uvloop')}).",
+        f"{data['runs']} run{'s' if data['runs'] != 1 else ''}; N = {args.jobs:,} jobs per drain;"
+        f" {args.single:,} one-at-a-time enqueues per run;"
+        f" latency over {int(results.get('jobcore', {}).get('latency_samples') or 0)} samples per system."
+        f" Whole run: {elapsed / 60:.1f} minutes.",
+        "",
+        table(results, systems),
+        "",
+        "Throughput rows are medians over the runs; latency percentiles pool every sample of every run;",
+        "CPU and statements are per drain, medians over the runs (statements are what the workers'",
+        "role sent, `BEGIN` and `COMMIT` included). In the last column a throughput ratio above 1 and",
+        "a cost ratio below 1 favour jobcore.",
+        "",
+        "Goals (issue 7):",
+        "",
+        *goals(results),
+        "",
+        "How each system runs (each worker its own process, started by the system's own CLI with its",
+        "defaults; the handler is a no-op):",
+        "",
+        "- jobcore: `jobcore worker bench/peers.py --url postgresql://...?schema=jobcore` (defaults:",
+        "  concurrency 4, lease 30 s, LISTEN/NOTIFY wake-ups, log level INFO); a sync handler; enqueue",
+        "  through the job handle's `enqueue` / `enqueue_many`.",
+        "- Procrastinate: `procrastinate --app=peers.procrastinate_app worker` (defaults: concurrency 1,",
+        "  LISTEN/NOTIFY, asyncio) on `PsycopgConnector`; an async task; enqueue with `defer_async` /",
+        "  `batch_defer_async`.",
+        "- PGQueuer: `pgq run peers:pgqueuer_factory` (defaults: batch size 10, uvloop) on one asyncpg",
+        "  connection as its README sets it up; an async entrypoint; enqueue with `Queries.enqueue`",
+        "  (lists for a batch).",
+        "",
+        "Verification after each drain: jobcore counts `state = 'done'` rows in its jobs table,",
+        "Procrastinate `status = 'succeeded'` rows in `procrastinate_jobs`, PGQueuer `successful`",
+        "rows in `pgqueuer_log` (it deletes finished jobs from its queue table, which must be empty);",
+        "each must equal N with no job in any other state. Timing starts when every worker is",
+        "connected and blocked on the queue table behind the harness's lock, and stops when that count",
+        "reaches N. Queue tables are truncated before each phase and analysed only once a drain's jobs",
+        "are in place. The machine is shared and small: compare the ratios, which come from one",
+        "alternating run, rather than the absolute figures.",
+    ]
+    if data["failures"]:
+        lines += ["", "Phases that failed in this run (left out of the medians):", ""]
+        lines += [f"- {f[:300]}" for f in data["failures"]]
+    lines.append(DOC_END)
+    return "\n".join(lines)
+
+
+def write_doc(section: str) -> None:
+    text = DOC.read_text()
+    if DOC_START in text and DOC_END in text:
+        head, rest = text.split(DOC_START, 1)
+        tail = rest.split(DOC_END, 1)[1]
+        text = head + section + tail
+    elif "\n## " in text:
+        at = text.index("\n## ") + 1
+        text = text[:at] + section + "\n\n" + text[at:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    DOC.write_text(text)
+
+
+def memory_hook(quick: bool) -> None:
+    """Print the memory-driver figures when ``bench/memory_driver.py`` offers ``run()``."""
+    path = HERE / "memory_driver.py"
+    if not path.exists():
+        return
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("jobcore_bench_memory_driver", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = getattr(module, "run", None)
+    if run is None:
+        return
+    print("\n== memory driver (bench/memory_driver.py) ==", flush=True)
+    try:
+        figures = run(jobs=10_000) if quick else run()
+    except TypeError:
+        figures = run()
+    for label, value in figures:
+        print(f"  {label}: {value:,.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per drain (default 20,000; --quick 2,000)")
+    parser.add_argument("--runs", type=int, default=None, help="rounds of every phase (default 3; --quick 1)")
+    parser.add_argument("--single", type=int, default=None, help="one-at-a-time enqueues per run (1,000; quick 300)")
+    parser.add_argument("--latency", type=int, default=None, help="latency samples per run (100; quick 50)")
+    parser.add_argument(
+        "--max-minutes", type=float, default=None, help="start no further run once it would end past this many minutes"
+    )
+    parser.add_argument("--quick", action="store_true", help="small smoke run (~2 minutes); does not write the doc")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
+    parser.add_argument(
+        "--venv",
+        default=os.environ.get("JOBCORE_BENCH_VENV", str(Path.home() / ".cache" / "jobcore-bench" / "peers-venv")),
+    )
+    parser.add_argument("--agent", nargs=4, metavar=("SYSTEM", "ACTION", "COUNT", "EXTRA"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.agent:
+        system, action, count, extra = args.agent
+        print(json.dumps(_agent(system, action, int(count), float(extra))), flush=True)
+        return
+    quick = args.quick
+    args.jobs = args.jobs or (2000 if quick else 20_000)
+    args.runs = args.runs or (1 if quick else 3)
+    args.single = args.single or (300 if quick else 1000)
+    args.latency = args.latency or (50 if quick else 100)
+    systems = tuple(s for s in SYSTEMS if s in args.systems.split(","))
+    command = ".venv/bin/python bench/peers.py" + (
+        "" if (args.jobs, args.runs) == (20_000, 3) else f" --jobs {args.jobs} --runs {args.runs}"
+    )
+    if args.max_minutes:
+        command += f" --max-minutes {args.max_minutes:g}"
+    started = time.monotonic()
+
+    sys.path.insert(0, str(ROOT))  # fixtures/ is not installed: find it from here
+    from fixtures.postgres import LocalServer, find_binaries  # noqa: PLC0415
+
+    venv_python = ensure_venv(Path(args.venv))
+    bindir = find_binaries()
+    if bindir is None:
+        raise SystemExit("no PostgreSQL binaries (initdb/postgres) to start a server")
+    server = LocalServer(
+        bindir,
+        extra=(
+            "-c",
+            "shared_preload_libraries=pg_stat_statements",
+            "-c",
+            "max_wal_size=4GB",
+            "-c",
+            "shared_buffers=256MB",
+        ),
+    ).start()
+    workdir = Path(tempfile.mkdtemp(prefix="jobcore-peers-"))
+    h: Harness | None = None
+    try:
+        h = Harness(server, venv_python, workdir)
+        h.setup(systems)
+        print(f"server {server.url}; logs in {workdir}", flush=True)
+        budget = args.max_minutes * 60 if args.max_minutes else None
+        data = run_all(h, systems, args.jobs, args.runs, args.single, args.latency, budget)
+        elapsed = time.monotonic() - started
+        section = report(h, data, systems, args, elapsed, command)
+        print("\n" + section)
+        if data["failures"]:
+            print(f"\n{len(data['failures'])} phase(s) failed; see above")
+        if quick or args.no_write:
+            print("\n(docs/benchmarks.md left alone: --quick or --no-write)")
+        else:
+            write_doc(section)
+            print(f"\nwrote {DOC.relative_to(ROOT)}")
+        print(f"total {elapsed:.0f}s")
+        if not data["failures"]:
+            shutil.rmtree(workdir, ignore_errors=True)  # else kept: the worker logs explain the failures
+    finally:
+        if h is not None:
+            for conn in (h.admin, *h.conns.values()):
+                with contextlib.suppress(Exception):
+                    conn.close()
+        server.stop()
+    memory_hook(quick)
+
+
+if __name__ == "__main__":
+    main()
+elif os.environ.get(ROLE_ENV) == "jobcore-worker" and __name__ == "peers":
+    _jobcore_handle()  # `jobcore worker bench/peers.py` imports this file as module "peers"

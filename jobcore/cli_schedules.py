@@ -1,0 +1,214 @@
+"""``jobcore scheduler`` and ``jobcore schedules``: run the periodic schedules, and see and steer them.
+
+``jobcore scheduler`` runs a :class:`~jobcore.scheduler.Scheduler` in the foreground
+until SIGTERM or SIGINT: it imports the ``--app`` modules (so their ``@job(schedule=...)``
+declarations reach the store), then fires every due occurrence of every schedule in the
+store. Any number may run at once, beside the schedulers inside ``jobcore worker``.
+
+``jobcore schedules`` lists the store's schedules with their next and last occurrence
+and last outcome (``--json`` for the full records); ``pause NAME``, ``resume NAME`` and
+``remove NAME`` steer one (an unknown name is ``JC_SCHEDULE_NOT_FOUND``, exit 3). These
+read only the store: the next occurrence is computed from the stored definition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from jobcore.cli_ops import ENV_URL, _common, _driver, _out, _print_json, _table
+from jobcore.cli_worker import configure_logging, import_jobs
+from jobcore.clock import to_millis
+from jobcore.current import connect
+from jobcore.errors import NoDriver, OptionInvalid, ScheduleNotFound
+from jobcore.records import Schedule
+from jobcore.registry import default_registry
+from jobcore.scheduler import DEFAULT_TICK, Scheduler, describe
+
+__all__ = ["register"]
+
+_log = logging.getLogger("jobcore.scheduler")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``scheduler`` and ``schedules`` sub-commands."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "scheduler", help="fire periodic schedules until SIGTERM/SIGINT",
+        description=(
+            "Declare the schedules the --app modules register, then fire every due occurrence of every "
+            "schedule in the store until SIGTERM/SIGINT. Any number may run at once (workers run one too)."
+        ),
+    )
+    parser.add_argument("--url", default=None, help=f"driver URL (default: ${ENV_URL})")
+    parser.add_argument(
+        "--app", action="append", default=[], metavar="MODULE",
+        help="dotted module name or .py path declaring jobs and schedules (repeatable; default: none)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=DEFAULT_TICK,
+        help=f"most seconds between ticks (default {DEFAULT_TICK:g}; sooner when an occurrence falls due)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
+    parser.set_defaults(func=_cmd_scheduler)
+
+    common = _common()
+    listing = subparsers.add_parser(
+        "schedules", parents=[common], help="list periodic schedules; pause, resume or remove one",
+        description=(
+            "List the store's schedules: spec, time zone, next occurrence, last occurrence (the watermark), "
+            "last outcome and job, paused. Times are UTC."
+        ),
+    )
+    listing.set_defaults(func=_cmd_list)
+    # The verbs repeat --url/--json so they work after the name too; SUPPRESS keeps an
+    # option given before the verb from being reset by the verb's own default.
+    verb_common = argparse.ArgumentParser(add_help=False)
+    verb_common.add_argument("--url", default=argparse.SUPPRESS, help=f"driver URL (default: ${ENV_URL})")
+    verb_common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    verbs = listing.add_subparsers(dest="action", metavar="ACTION")
+    for name, summary, func in (
+        ("pause", "stop a schedule firing (idempotent)", _cmd_pause),
+        ("resume", "let a paused schedule fire again; occurrences during the pause never fire", _cmd_resume),
+        ("remove", "delete a schedule and its watermark (a scheduler that declares it creates it anew)", _cmd_remove),
+    ):
+        verb = verbs.add_parser(name, parents=[verb_common], help=summary, description=summary)
+        verb.add_argument("name", metavar="NAME", help="the schedule's name, as `jobcore schedules` lists it")
+        verb.set_defaults(func=func)
+
+
+# -- jobcore scheduler -------------------------------------------------------------------
+
+
+def _cmd_scheduler(args: argparse.Namespace) -> int:
+    handler, level = configure_logging(args.log_level)
+    try:
+        return _run_scheduler(args)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(level)
+
+
+def _run_scheduler(args: argparse.Namespace) -> int:
+    if not args.interval > 0:
+        raise OptionInvalid(f"--interval must be positive, got {args.interval}", "pass e.g. --interval 1")
+    for module in args.app:
+        import_jobs(module)
+    driver = args.driver
+    owned = driver is None
+    if driver is None:
+        url = args.url or os.environ.get(ENV_URL)
+        if not url:
+            raise NoDriver(
+                f"no driver URL: neither --url nor {ENV_URL} is set",
+                f"pass --url postgresql://user@host/db (or mongodb://host/db), or export {ENV_URL}",
+            )
+        driver = connect(url)
+        driver.migrate()
+    try:
+        scheduler = Scheduler(driver, registry=default_registry, interval=args.interval)
+        restore = _install_signal_handlers(scheduler.request_stop)
+        try:
+            declared = scheduler.declare()
+            _log.info(
+                "scheduler %s started; declared %d schedules: %s", scheduler.scheduler_id, len(declared),
+                ", ".join(s.name for s in declared) or "-",
+            )
+            # The loop runs in its own thread: a signal handler that sets the loop's event
+            # while this (main) thread sat inside that same event's wait could deadlock.
+            scheduler.start()
+            while not scheduler.wait(0.5):
+                pass
+            _log.info("scheduler %s stopped", scheduler.scheduler_id)
+        finally:
+            restore()
+    finally:
+        if owned:
+            driver.close()
+    return 0
+
+
+def _install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT end the loop after the current tick. Answers an undo function."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        _log.warning("%s received: stopping the scheduler", signal.Signals(signum).name)
+        stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+# -- jobcore schedules ---------------------------------------------------------------------
+
+
+def _short_time(iso: str | None) -> str:
+    return "-" if iso is None else iso.replace("T", " ").replace(".000Z", "Z")
+
+
+def _spec(row: dict[str, Any]) -> str:
+    definition = row["definition"]
+    if row["kind"] == "cron" and isinstance(definition.get("expr"), str):
+        return str(definition["expr"])
+    return str(row["spec"])
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with _driver(args) as driver:
+        now = to_millis(driver.clock.now())
+        rows = [describe(s, now) for s in driver.schedules.list()]
+    if args.json:
+        _print_json({"schedules": rows})
+        return 0
+    if not rows:
+        _out("no schedules (a scheduler declares them when it starts: `jobcore scheduler --app MODULE`)")
+        return 0
+    headers = ["NAME", "SPEC", "TZ", "NEXT", "LAST", "OUTCOME", "LAST JOB", "PAUSED"]
+    table = (
+        [
+            r["name"], _spec(r), r["tz"] or "-", _short_time(r["next_occurrence"]),
+            _short_time(r["last_occurrence"]), r["last_outcome"] or "-", r["last_job_id"] or "-",
+            "yes" if r["paused"] else "no",
+        ]
+        for r in rows
+    )
+    _out(_table(headers, table))
+    return 0
+
+
+def _verb(args: argparse.Namespace, action: str) -> int:
+    with _driver(args) as driver:
+        store = driver.schedules
+        answer: Schedule | bool | None = getattr(store, action)(args.name)
+        if answer is None or answer is False:
+            raise ScheduleNotFound(f"no schedule named {args.name!r:.80}")
+        shown = describe(answer, to_millis(driver.clock.now())) if isinstance(answer, Schedule) else None
+    if getattr(args, "json", False):
+        _print_json(shown if shown is not None else {"name": args.name, "removed": True})
+    else:
+        _out(f"schedule {args.name} {action}d")
+    return 0
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    return _verb(args, "pause")
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    return _verb(args, "resume")
+
+
+def _cmd_remove(args: argparse.Namespace) -> int:
+    return _verb(args, "remove")

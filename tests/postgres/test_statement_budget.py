@@ -1,0 +1,188 @@
+"""The statement budget of the hot path (issue 7): a regression guard that cannot flake.
+
+Every statement the driver sends goes through a psycopg cursor; the pool here gives the
+driver a cursor class that records each statement it executes, and the driver passes its
+rendered statement constants, so each one is recognised by identity of text. The tests
+count statements, never time, so they pass or fail the same way on any machine; they
+fail as soon as a change adds a round trip per job.
+
+Budgets reached in issue 7:
+
+* a claimed-and-settled job costs ``2 / batch`` statements: one ``CLAIM`` and one
+  ``ACK_MANY`` per batch, every ack fenced on its own token inside that one statement;
+* ``enqueue`` is one statement (``ENQUEUE_ONE`` without a key), ``enqueue_many`` one per
+  call whatever its size (``ENQUEUE_MANY`` when no item has a key); ``nack`` and
+  ``heartbeat`` one each;
+* the worker sends nothing per job but its claims and its batched acks.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+from jobcore.drivers.postgres import PostgresDriver, make_pool
+
+from jobcore.registry import Registry
+from jobcore.worker import Worker
+
+JOBS = 100
+CLAIM_AND_SETTLE_PER_BATCH = 2
+"""Statements per claim batch settled by acks: one claim, one ack_many."""
+
+
+class Recorder:
+    """The statements sent through one pool, in order (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.lock = threading.Lock()
+
+    def note(self, query: Any) -> None:
+        text = query if isinstance(query, bytes) else str(query).encode()
+        with self.lock:
+            self.sent.append(text)
+
+    def take(self) -> list[bytes]:
+        """The statements recorded since the last call (and forget them)."""
+        with self.lock:
+            sent, self.sent = self.sent, []
+        return sent
+
+
+def _cursor_class(recorder: Recorder) -> type[psycopg.Cursor[Any]]:
+    class RecordingCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            recorder.note(query)
+            return super().execute(query, params, **kw)
+
+        def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:
+            recorder.note(query)  # one statement per parameter set is still one call to count
+            return super().executemany(query, params_seq, **kw)
+
+    return RecordingCursor
+
+
+@pytest.fixture
+def counted(pg_url: str, make: Callable[..., Any]) -> Iterator[tuple[PostgresDriver, Recorder]]:
+    """A driver on a pool whose cursors record every statement, warmed up (schema checked)."""
+    recorder = Recorder()
+    pool = make_pool(pg_url, min_size=1, max_size=4, cursor_factory=_cursor_class(recorder))
+    try:
+        driver = make(target=pool)
+        driver.introspect.get("1")  # the one-off schema check, before anything is counted
+        recorder.take()
+        yield driver, recorder
+    finally:
+        pool.close()
+
+
+def _names(driver: PostgresDriver, sent: list[bytes]) -> list[str]:
+    """Each statement's constant name in ``_sql`` (``?`` for one the driver does not know)."""
+    known = {value: name for name, value in vars(driver.q).items() if isinstance(value, bytes)}
+    return [known.get(text, "LISTEN" if b"LISTEN" in text[:40] else "?") for text in sent]
+
+
+def test_enqueue_is_one_statement_single_or_batch(counted: tuple[PostgresDriver, Recorder]) -> None:
+    """One job, one statement; a batch of any size, one statement; keyed ones too."""
+    driver, recorder = counted
+    driver.enqueue("budget", {"n": 0})
+    assert _names(driver, recorder.take()) == ["ENQUEUE_ONE"]
+    driver.enqueue("budget", {"n": 1}, key="k1")
+    assert _names(driver, recorder.take()) == ["ENQUEUE"]
+    driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
+    assert _names(driver, recorder.take()) == ["ENQUEUE_MANY"]
+    driver.enqueue_many([{"name": "budget", "payload": {"n": i}, "key": f"b{i}"} for i in range(JOBS)])
+    assert _names(driver, recorder.take()) == ["ENQUEUE"]
+
+
+@pytest.mark.parametrize("batch", [1, 10, 100])
+def test_a_claimed_and_settled_job_costs_two_statements_per_batch(
+    counted: tuple[PostgresDriver, Recorder], batch: int
+) -> None:
+    """claim(limit=batch) + ack_many: 2 / batch statements per job, each ack fenced on its token."""
+    driver, recorder = counted
+    driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
+    recorder.take()
+    settled = 0
+    while settled < JOBS:
+        claimed = driver.claim(["default"], worker_id="w-budget", limit=batch, lease=60).claimed
+        answers = driver.ack_many([(c.token, None) for c in claimed])
+        assert all(a is not None for a in answers)
+        settled += len(claimed)
+    names = _names(driver, recorder.take())
+    batches = math.ceil(JOBS / batch)
+    assert names == ["CLAIM", "ACK_MANY"] * batches
+    assert len(names) / JOBS == CLAIM_AND_SETTLE_PER_BATCH / batch
+    # the fence is inside that one statement: a stale token of the same job settles nothing
+    driver.enqueue("budget", None)
+    token = driver.claim(["default"], worker_id="w-budget", lease=60).claimed[0].token
+    stale = attrs.evolve(token, claim_no=token.claim_no - 1)
+    recorder.take()
+    answers = driver.ack_many([(stale, "stale"), (token, "ok")])
+    assert answers[0] is None
+    assert answers[1] is not None
+    assert answers[1].result == "ok"
+    assert _names(driver, recorder.take()) == ["ACK_MANY"]
+
+
+def test_nack_and_heartbeat_are_one_statement_each(counted: tuple[PostgresDriver, Recorder]) -> None:
+    driver, recorder = counted
+    driver.enqueue("budget", None)
+    token = driver.claim(["default"], worker_id="w-budget", lease=60).claimed[0].token
+    recorder.take()
+    assert driver.heartbeat(token, 60)
+    assert driver.nack(token, "boom") is not None
+    assert _names(driver, recorder.take()) == ["HEARTBEAT", "NACK"]
+
+
+def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDriver, Recorder]) -> None:
+    """Nothing per job but claims and acks: no heartbeat, lease or lookup round trip per job,
+    and no more claims or acks than jobs (they batch, never split)."""
+    driver, recorder = counted
+    registry = Registry()
+    done = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    @registry.job(name="budget")
+    def budget(payload: int) -> None:
+        return None
+
+    def on_settled(_job: Any, outcome: str) -> None:
+        with lock:
+            count[0] += outcome == "completed"
+            if count[0] == JOBS:
+                done.set()
+
+    budget.enqueue_many(list(range(JOBS)), driver=driver)
+    recorder.take()
+    worker = Worker(
+        ["default"],
+        driver=driver,
+        registry=registry,
+        concurrency=4,
+        lease=600,
+        poll_interval=0.05,
+        rescue_interval=None,
+        on_settled=on_settled,
+        retention=None,
+        scheduler=False,
+    ).start()
+    try:
+        assert done.wait(30), f"only {count[0]} of {JOBS} jobs completed"
+    finally:
+        assert worker.stop(10)
+    recorder_sent = recorder.take()
+    names = _names(driver, recorder_sent)
+    unknown = [text[:80] for text, name in zip(recorder_sent, names, strict=True) if name == "?"]
+    assert not unknown
+    assert names.count("LISTEN") == 1  # the wake-up subscription, once per worker
+    assert set(names) == {"LISTEN", "CLAIM", "ACK_MANY"}
+    assert names.count("ACK_MANY") <= JOBS
+    assert names.count("CLAIM") - 1 <= JOBS  # at most one claim per job, plus the poll that found none

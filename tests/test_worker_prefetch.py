@@ -1,0 +1,139 @@
+"""The worker's prefetch (issue 7): jobs claimed beyond the free slots keep every rule.
+
+Prefetch is adaptive (what the slots run in one claim round trip), so these scenarios set
+the worker's measured averages directly to make it prefetch, or not, deterministically.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from jobcore.drivers.memory import MemoryDriver
+
+from jobcore.clock import ManualClock
+from jobcore.records import JobState
+from jobcore.registry import Registry
+from jobcore.worker import Worker
+
+START = datetime(2030, 1, 1, 12, tzinfo=timezone.utc)
+LEASE = timedelta(seconds=30)
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
+    """Poll ``predicate`` in real time until it answers something truthy."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+    return value
+
+
+def _setup(prefetch: int) -> tuple[MemoryDriver, ManualClock, Registry, threading.Event, threading.Event, Worker]:
+    clock = ManualClock(START)
+    driver = MemoryDriver(clock=clock)
+    registry = Registry()
+    started, release = threading.Event(), threading.Event()
+
+    @registry.job(name="slow")
+    def slow(payload: int) -> int:
+        started.set()
+        release.wait(5.0)
+        return payload
+
+    slow.enqueue_many([1, 2, 3, 4, 5], driver=driver)
+    worker = Worker(
+        ["default"],
+        driver=driver,
+        registry=registry,
+        concurrency=1,
+        prefetch=prefetch,
+        lease=LEASE,
+        poll_interval=0.01,
+        heartbeat_interval=0.01,
+        rescue_interval=None,
+        retention=None,
+        scheduler=False,
+    )
+    worker._run_time, worker._claim_rtt = 1e-6, 1.0  # handlers look far quicker than a claim: prefetch in full
+    return driver, clock, registry, started, release, worker
+
+
+def _states(driver: MemoryDriver) -> list[JobState]:
+    jobs = [driver.introspect.get(str(i)) for i in range(1, 6)]
+    return [j.state for j in jobs if j is not None]
+
+
+def test_prefetched_jobs_are_leased_heartbeated_and_given_back_unspent_on_stop() -> None:
+    driver, clock, _registry, started, release, worker = _setup(prefetch=3)
+    worker.start()
+    try:
+        assert started.wait(5.0)
+        # one running in the slot, three claimed ahead (leased to this worker), one left ready
+        wait_until(lambda: _states(driver).count(JobState.RUNNING) == 4, "the prefetch claim")
+        assert _states(driver)[4] is JobState.READY
+        assert worker.in_flight == 1
+        # waiting jobs are heartbeated like running ones: their leases follow the clock
+        clock.advance(seconds=20)
+        wait_until(
+            lambda: all(
+                (j := driver.introspect.get(str(i))) is not None
+                and j.lease_expires_at is not None
+                and j.lease_expires_at >= START + timedelta(seconds=40)
+                for i in range(1, 5)
+            ),
+            "the waiting jobs' leases renewed",
+        )
+        worker.request_stop(drain_timeout=5.0)
+        release.set()
+        assert worker.wait(5.0)
+    finally:
+        release.set()
+        worker.stop(0)
+    assert worker.stop() is True
+    first = driver.introspect.get("1")
+    assert first is not None
+    assert first.state is JobState.DONE
+    assert first.result == 1
+    for job_id in ("2", "3", "4"):  # given back: due now, no attempt spent, the reason recorded
+        job = driver.introspect.get(job_id)
+        assert job is not None
+        assert job.state is JobState.SCHEDULED
+        assert job.attempt == 0
+        assert job.run_at <= clock.now()
+        assert job.errors[-1].type == "WorkerStopping"
+    assert _states(driver)[4] is JobState.READY
+    assert worker.counts["completed"] == 1
+
+
+def test_no_prefetch_claims_only_free_slots() -> None:
+    driver, _clock, _registry, started, release, worker = _setup(prefetch=0)
+    worker.start()
+    try:
+        assert started.wait(5.0)
+        time.sleep(0.05)  # several claim-loop turns: none may take more than the one slot
+        assert _states(driver).count(JobState.RUNNING) == 1
+        release.set()
+        wait_until(lambda: all(state is JobState.DONE for state in _states(driver)), "every job done")
+    finally:
+        release.set()
+        assert worker.stop(5.0)
+
+
+def test_slow_handlers_are_not_prefetched() -> None:
+    """A handler slower than a claim round trip gets no jobs held back for it."""
+    driver, _clock, _registry, started, release, worker = _setup(prefetch=3)
+    worker._run_time, worker._claim_rtt = 1.0, 0.001
+    worker.start()
+    try:
+        assert started.wait(5.0)
+        time.sleep(0.05)
+        assert _states(driver).count(JobState.RUNNING) == 1
+        release.set()
+        wait_until(lambda: all(state is JobState.DONE for state in _states(driver)), "every job done")
+    finally:
+        release.set()
+        assert worker.stop(5.0)
