@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from jobcore.clock import Clock
+from jobcore.current import connect
 from jobcore.driver import JobDriver
 from jobcore.errors import JobcoreError
 from jobcore.records import Claimed, Job, JobFilter
@@ -25,6 +27,7 @@ __all__ = [
     "claim_one",
     "finished_job",
     "refused",
+    "second_instance",
     "together",
 ]
 
@@ -122,3 +125,20 @@ def together(count: int, action: Callable[[int], Any], timeout: float = 120.0) -
     if errors:
         raise errors[0]
     return results
+
+
+@contextlib.contextmanager
+def second_instance(driver: JobDriver, clock: Clock) -> Iterator[JobDriver]:
+    """Another driver instance on ``driver``'s store: another process, or a restart.
+
+    For scenarios marked ``requires("shared_store")``; such a driver must offer a ``url``
+    that :func:`jobcore.connect` reaches its store with.
+    """
+    url = getattr(driver, "url", None)
+    if not isinstance(url, str):
+        pytest.fail(f"{type(driver).__name__} declares shared_store but has no str `url` reaching its store")
+    other = connect(url, clock=clock)
+    try:
+        yield other
+    finally:
+        other.close()

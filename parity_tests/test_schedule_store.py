@@ -11,17 +11,14 @@ recorded skip, pausing, and refusals that write nothing.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from jobcore.parity._support import all_jobs, claim_one, refused, together
+from jobcore.parity._support import all_jobs, claim_one, refused, second_instance, together
 
 from jobcore.clock import ManualClock
-from jobcore.current import connect
 from jobcore.driver import JobDriver
 from jobcore.records import JobSpec, JobState, RetentionPolicy, Schedule, ScheduleOutcome
 
@@ -47,19 +44,6 @@ def _fire(
 def _state(driver: JobDriver) -> tuple[list[Schedule], list[Any]]:
     """Everything a refused call must leave alone: the schedules and the jobs."""
     return driver.schedules.list(), all_jobs(driver)
-
-
-@contextlib.contextmanager
-def _second_instance(driver: JobDriver, clock: ManualClock) -> Iterator[JobDriver]:
-    """Another driver instance on the same store (a second scheduler process, or a restart)."""
-    url = getattr(driver, "url", None)
-    if not isinstance(url, str):
-        pytest.fail(f"{type(driver).__name__} declares shared_store but has no str `url` reaching its store")
-    other = connect(url, clock=clock)
-    try:
-        yield other
-    finally:
-        other.close()
 
 
 # --- declaring ------------------------------------------------------------------------
@@ -248,7 +232,7 @@ def test_P01_racers_over_many_occurrences_enqueue_one_job_each(driver: JobDriver
 def test_P01_two_driver_instances_on_one_store_fire_an_occurrence_once(driver: JobDriver, clock: ManualClock) -> None:
     """Two driver instances (two schedulers) racing on one occurrence of a shared store enqueue one job."""
     schedule = _declared(driver)
-    with _second_instance(driver, clock) as other:
+    with second_instance(driver, clock) as other:
         answers = together(6, lambda i: _fire(driver if i % 2 else other, schedule))
         winners = [a for a in answers if a is not None]
         assert len(winners) == 1
@@ -260,10 +244,10 @@ def test_P01_two_driver_instances_on_one_store_fire_an_occurrence_once(driver: J
 def test_P01_a_restarted_scheduler_sees_the_watermark(driver: JobDriver, clock: ManualClock) -> None:
     """A fresh driver instance (a restart) reads the moved watermark and cannot fire a handled occurrence."""
     schedule = _declared(driver)
-    with _second_instance(driver, clock) as first:
+    with second_instance(driver, clock) as first:
         fired = _fire(first, schedule)
     assert fired is not None
-    with _second_instance(driver, clock) as restarted:
+    with second_instance(driver, clock) as restarted:
         assert restarted.schedules.get("reports") == fired
         assert _fire(restarted, schedule) is None
         assert _fire(restarted, fired) is not None

@@ -12,16 +12,13 @@ CEST at 01:00Z; fall back 2030-10-27 03:00 CEST -> 02:00 CET at 01:00Z).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from jobcore.parity._support import all_jobs, claim_one, refused, together
+from jobcore.parity._support import all_jobs, claim_one, refused, second_instance, together
 
 from jobcore.clock import ManualClock
-from jobcore.current import connect
 from jobcore.driver import JobDriver
 from jobcore.errors import ScheduleInvalid
 from jobcore.records import ScheduleOutcome
@@ -63,19 +60,6 @@ def _walk(clock: ManualClock, schedulers: list[Scheduler], until: datetime, step
         for scheduler in schedulers:
             fired.extend(scheduler.tick())
     return fired
-
-
-@contextlib.contextmanager
-def _other_instance(driver: JobDriver, clock: ManualClock) -> Iterator[JobDriver]:
-    """Another driver instance on the same store: another scheduler process."""
-    url = getattr(driver, "url", None)
-    if not isinstance(url, str):
-        pytest.fail(f"{type(driver).__name__} declares shared_store but has no str `url` reaching its store")
-    other = connect(url, clock=clock)
-    try:
-        yield other
-    finally:
-        other.close()
 
 
 class _Crash(Exception):
@@ -147,7 +131,7 @@ def test_P01_racing_schedulers_fire_each_occurrence_once(driver: JobDriver, cloc
 @pytest.mark.requires("shared_store")
 def test_P01_schedulers_in_separate_processes_fire_each_occurrence_once(driver: JobDriver, clock: ManualClock) -> None:
     """Schedulers on separate driver instances of one store (separate processes) enqueue one job per occurrence."""
-    with _other_instance(driver, clock) as second, _other_instance(driver, clock) as third:
+    with second_instance(driver, clock) as second, second_instance(driver, clock) as third:
         schedulers = [_scheduler(d, ("race", every(60))) for d in (driver, second, third, driver)]
         together(4, lambda i: schedulers[i].tick())
         for _ in range(2):
