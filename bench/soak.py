@@ -11,8 +11,8 @@ process:
 * one **producer** keeping about ``--backlog`` jobs waiting (``enqueue_many`` of 500);
 * ``--workers`` **workers**, each a driver-level loop ``claim(limit=--batch)`` then
   ``ack_many`` of what it got, with no handler work. These are claim/ack loops, not the
-  :class:`jobcore.Worker` runtime: the runtime's thread per job and its polling cadence
-  would measure the runtime, and this measures the table;
+  :class:`jobcore.Worker` runtime: handler dispatch and the runtime's polling cadence
+  would be measured with it, and this measures the table;
 * one **pruner** calling ``introspect.prune`` with a short policy (every finished state
   kept ``--keep`` seconds) until nothing is eligible, then sleeping ``--prune-every``
   seconds, as a worker's periodic prune would.
