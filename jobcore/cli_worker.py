@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -43,10 +44,26 @@ class JobFieldsFilter(logging.Filter):
         return True
 
 
+class _Formatter(logging.Formatter):
+    """:data:`LOG_FORMAT`, its date and time text made once a second, not once a record (one per job)."""
+
+    _second = -1
+    _stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:  # records are formatted under the handler's lock
+            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = second
+        return f"{self._stamp},{int(record.msecs):03d}"  # the stdlib's default_msec_format
+
+
 def configure_logging(level: str = "INFO") -> tuple[logging.Handler, int]:
     """Log to stderr with :data:`LOG_FORMAT`; answers the handler added and the root's previous level."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(_Formatter(LOG_FORMAT))
     handler.addFilter(JobFieldsFilter())
     root = logging.getLogger()
     previous = root.level

@@ -13,6 +13,7 @@ the logging configuration (the metrics of :mod:`jobcore.metrics` are one such ho
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -102,22 +103,51 @@ def remove_hook(hook: EventHook) -> None:
 def emit(
     event: str, job: Job | None, message: str, *args: object, level: int = logging.INFO,
     exc_info: Any = None, **values: Any,
-) -> Event:
+) -> Event | None:
     """Tell the hooks about one transition of ``job``, then log ``message % args`` once with its fields.
 
-    ``values`` fill the other :class:`Event` attributes (outcome, error_type, ...).
+    ``values`` fill the other :class:`Event` attributes (outcome, error_type, ...). Answers
+    the event the hooks were given, or ``None`` when no hook is added.
     """
+    hooks = _hooks
+    enabled = logger.isEnabledFor(level)
+    if not hooks and not enabled:  # a DEBUG "started" with no hook: once per job, for nothing
+        return None
+    fields = _BLANK.copy()
+    fields["event"] = event
     if job is not None:
-        values.setdefault("job_id", job.id)
-        values.setdefault("job_name", job.name)
-        values.setdefault("queue", job.queue)
-        values.setdefault("attempt", job.attempt)
-    record = Event(event=event, **values)
-    for hook in _hooks:
-        try:
-            hook(record)
-        except Exception:  # a broken hook must not stop the worker settling jobs
-            logger.exception("event hook %r failed on a %s event", hook, event)
-    if logger.isEnabledFor(level):  # a DEBUG "started" is usually off: skip building its fields
-        logger.log(level, message, *args, extra=record.fields(), exc_info=exc_info)
+        fields["job_id"], fields["job_name"] = job.id, job.name
+        fields["queue"], fields["attempt"] = job.queue, job.attempt
+    fields.update(values)
+    record = None
+    if hooks:
+        record = Event(**fields)
+        for hook in hooks:
+            try:
+                hook(record)
+            except Exception:  # a broken hook must not stop the worker settling jobs
+                logger.exception("event hook %r failed on a %s event", hook, event)
+    if enabled:
+        _log(level, message, args, exc_info, fields)
     return record
+
+
+_BLANK: dict[str, Any] = dict.fromkeys(FIELDS)
+
+
+def _log(level: int, message: str, args: tuple[object, ...], exc_info: Any, extra: dict[str, Any]) -> None:
+    """``logger.log`` without its stack walk: the caller it would find is always :func:`emit`.
+
+    Once per job transition, the walk was the costliest step after the handler's own
+    write; the record is the same (path, line and function name included).
+    """
+    if exc_info:
+        if isinstance(exc_info, BaseException):
+            exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+        elif not isinstance(exc_info, tuple):
+            exc_info = sys.exc_info()
+    logger.handle(logger.makeRecord(logger.name, level, _EMIT_FILE, _EMIT_LINE, message, args, exc_info, "emit", extra))
+
+
+_EMIT_FILE = emit.__code__.co_filename
+_EMIT_LINE = emit.__code__.co_firstlineno

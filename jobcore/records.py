@@ -185,7 +185,38 @@ class JobSpec:
     key: str | None = None
 
 
-_set_field = object.__setattr__
+# Each slot's own setter: the frozen class refuses setattr, and the slot descriptor's
+# __set__ is half the cost of object.__setattr__ (a name lookup per field).
+(
+    _set_id,
+    _set_name,
+    _set_queue,
+    _set_payload,
+    _set_state,
+    _set_priority,
+    _set_attempt,
+    _set_max_attempts,
+    _set_run_at,
+    _set_created_at,
+    _set_attempted_at,
+    _set_finished_at,
+    _set_worker_id,
+    _set_claim_no,
+    _set_lease_expires_at,
+    _set_key,
+    _set_result,
+    _set_last_error,
+    _set_errors,
+    _set_duplicate,
+) = (
+    Job.__dict__[field].__set__
+    for field in (
+        "id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at", "created_at",
+        "attempted_at", "finished_at", "worker_id", "claim_no", "lease_expires_at", "key", "result", "last_error",
+        "errors", "duplicate",
+    )
+)
+_new = object.__new__
 
 
 def stored_job(  # noqa: PLR0917 - one parameter per field, in declaration order
@@ -200,27 +231,27 @@ def stored_job(  # noqa: PLR0917 - one parameter per field, in declaration order
     checked (aware UTC times, a :class:`JobState`), so attrs' validators and converter
     are skipped. Anything else builds jobs with ``Job(...)``.
     """
-    job = object.__new__(Job)
-    _set_field(job, "id", id)
-    _set_field(job, "name", name)
-    _set_field(job, "queue", queue)
-    _set_field(job, "payload", payload)
-    _set_field(job, "state", state)
-    _set_field(job, "priority", priority)
-    _set_field(job, "attempt", attempt)
-    _set_field(job, "max_attempts", max_attempts)
-    _set_field(job, "run_at", run_at)
-    _set_field(job, "created_at", created_at)
-    _set_field(job, "attempted_at", attempted_at)
-    _set_field(job, "finished_at", finished_at)
-    _set_field(job, "worker_id", worker_id)
-    _set_field(job, "claim_no", claim_no)
-    _set_field(job, "lease_expires_at", lease_expires_at)
-    _set_field(job, "key", key)
-    _set_field(job, "result", result)
-    _set_field(job, "last_error", last_error)
-    _set_field(job, "errors", errors)
-    _set_field(job, "duplicate", duplicate)
+    job = _new(Job)
+    _set_id(job, id)
+    _set_name(job, name)
+    _set_queue(job, queue)
+    _set_payload(job, payload)
+    _set_state(job, state)
+    _set_priority(job, priority)
+    _set_attempt(job, attempt)
+    _set_max_attempts(job, max_attempts)
+    _set_run_at(job, run_at)
+    _set_created_at(job, created_at)
+    _set_attempted_at(job, attempted_at)
+    _set_finished_at(job, finished_at)
+    _set_worker_id(job, worker_id)
+    _set_claim_no(job, claim_no)
+    _set_lease_expires_at(job, lease_expires_at)
+    _set_key(job, key)
+    _set_result(job, result)
+    _set_last_error(job, last_error)
+    _set_errors(job, errors)
+    _set_duplicate(job, duplicate)
     return job
 
 

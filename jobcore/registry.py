@@ -39,6 +39,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("jobcore.job")
 
 
+_EVENT_MADE = threading.Lock()
+"""Makes each context's ``cancelled`` event exactly once when threads race for it."""
+
+
 class JobContext:
     """What a handler that declares a ``ctx`` parameter receives.
 
@@ -55,12 +59,23 @@ class JobContext:
     def __init__(self, job: Job, token: ClaimToken | None = None, *, log: logging.LoggerAdapter[Any] | None = None):
         self.job = job
         self.token = token
-        self.cancelled = threading.Event()
+        self._cancelled: threading.Event | None = None  # made on first use: most handlers never look
         self.reason: str | None = None
         self.progress_value: float | None = None
         self.progress_message: str | None = None
         self._timed_out = False
         self.log = log if log is not None else job_logger(_log, job)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the attempt is called off (see the class attributes)."""
+        event = self._cancelled
+        if event is None:
+            with _EVENT_MADE:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                event = self._cancelled
+        return event
 
     @property
     def attempt(self) -> int:
@@ -79,7 +94,7 @@ class JobContext:
 
         Long handlers call this between steps so they stop promptly.
         """
-        if self.cancelled.is_set():
+        if self._cancelled is not None and self._cancelled.is_set():
             if self._timed_out:
                 raise JobTimeout(f"job {self.job.id} ({self.job.name}) ran past its timeout", self.reason)
             raise LeaseLost(

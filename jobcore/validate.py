@@ -254,15 +254,42 @@ def _check_json(value: object, what: str, depth: int) -> None:
     raise PayloadInvalid(f"{what} holds a {type(value).__name__}, which is not JSON data")
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+"""The canonical JSON writer (``json.dumps`` with these options builds an encoder per call)."""
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """Whether a dict holds only ASCII str keys and plain scalars: what most payloads are.
+
+    Such a dict needs none of :func:`_check_json`'s walk (ASCII text has no unpaired
+    surrogate); anything else, or a NUL or a non-finite number, takes that walk, which
+    also words the refusal.
+    """
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii() or "\x00" in key:
+            return False
+        kind = type(item)
+        if kind is str:
+            if not item.isascii() or "\x00" in item:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif not (kind is int or kind is bool or item is None):
+            return False
+    return True
+
+
 def encode_json(value: object, what: str = "payload") -> str:
     """``value`` as its canonical JSON text, or :class:`PayloadInvalid`.
 
     What passes here comes back identical from every driver, except that tuples come
     back as lists (the JSON form).
     """
-    _check_json(value, what, 0)
+    if not (type(value) is dict and _flat(value)):
+        _check_json(value, what, 0)
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODE(value)
     except (ValueError, TypeError, RecursionError) as exc:
         raise PayloadInvalid(f"{what} cannot be written as JSON: {exc}") from exc
     if len(text) > MAX_PAYLOAD_BYTES // 4 and len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
@@ -337,6 +364,15 @@ def new_job(
     default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> NewJob:
     """Check one enqueue's arguments and resolve its due time against ``now``."""
+    options = _job_options(name, queue, priority, run_at, delay, max_attempts, key, now, default_max_attempts)
+    return NewJob(payload=encode_json(payload, "payload"), **options)
+
+
+def _job_options(  # noqa: PLR0917 - enqueue's keywords, in order
+    name: object, queue: object, priority: object, run_at: object, delay: object, max_attempts: object,
+    key: object, now: datetime, default_max_attempts: int,
+) -> dict[str, Any]:
+    """Every checked :class:`NewJob` field but the payload."""
     checked_name = check_name(name, "name")
     checked_queue = check_name(queue, "queue")
     checked_key = check_name(key, "key", optional=True)
@@ -351,32 +387,34 @@ def new_job(
         due = to_millis(now + check_duration(delay, "delay"))
     else:
         due = now
-    text = encode_json(payload, "payload")
-    return NewJob(
-        name=checked_name,
-        queue=checked_queue,
-        payload=text,
-        priority=checked_priority,
-        run_at=due,
-        max_attempts=checked_attempts,
-        key=checked_key,
-        state=JobState.SCHEDULED if due > now else JobState.READY,
-    )
+    return {
+        "name": checked_name, "queue": checked_queue, "priority": checked_priority, "run_at": due,
+        "max_attempts": checked_attempts, "key": checked_key,
+        "state": JobState.SCHEDULED if due > now else JobState.READY,
+    }
 
 
 def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[NewJob]:
-    """Check a whole ``enqueue_many`` batch; one bad item refuses all of it."""
+    """Check a whole ``enqueue_many`` batch; one bad item refuses all of it.
+
+    A batch usually repeats one set of options (one handle's name, queue, priority...):
+    each distinct set is checked once, and only the payloads item by item.
+    """
     if isinstance(specs, str | bytes | Mapping) or not isinstance(specs, Iterable):
         raise OptionInvalid(
             f"specs must be a list of JobSpec or mappings, got {type(specs).__name__}",
             "pass a list, e.g. [JobSpec(name='x', payload={...})]",
         )
     out: list[NewJob] = []
+    checked: dict[tuple[object, ...], dict[str, Any]] = {}
     for index, spec in enumerate(specs):
         if len(out) >= MAX_ENQUEUE_BATCH:
             raise OptionInvalid(f"more than {MAX_ENQUEUE_BATCH} specs in one batch", "split the batch")
         if isinstance(spec, JobSpec):
-            fields: dict[str, object] = attrs.asdict(spec, recurse=False)
+            values = (
+                spec.name, spec.queue, spec.priority, spec.run_at, spec.delay, spec.max_attempts, spec.key,
+            )
+            payload = spec.payload
         elif isinstance(spec, Mapping):
             unknown = set(spec) - _SPEC_FIELDS
             if unknown:
@@ -385,13 +423,28 @@ def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAUL
                 )
             if "name" not in spec:
                 raise OptionInvalid(f"spec {index} has no name", "give every spec a name")
-            fields = dict(spec)
+            values = tuple(spec.get(field, default) for field, default in _SPEC_DEFAULTS)
+            payload = spec.get("payload")
         else:
             raise OptionInvalid(f"spec {index} is a {type(spec).__name__}", "pass JobSpec records or mappings")
-        name = fields.pop("name")
-        payload = fields.pop("payload", None)
-        out.append(new_job(name, payload, now=now, default_max_attempts=default_max_attempts, **fields))
+        # Types are part of the memo key: True == 1 and 1.0 == 1, yet only 1 passes as an int.
+        memo = (*values, *map(type, values))
+        try:
+            options = checked.get(memo)
+        except TypeError:  # an unhashable option: checked (and refused) below, unmemoised
+            memo, options = (), None
+        if options is None:
+            options = _job_options(*values, now, default_max_attempts)
+            if memo:
+                checked[memo] = options
+        out.append(NewJob(payload=encode_json(payload, "payload"), **options))
     return out
+
+
+_SPEC_DEFAULTS = tuple(
+    (f, attrs.fields_dict(JobSpec)[f].default)
+    for f in ("name", "queue", "priority", "run_at", "delay", "max_attempts", "key")
+)
 
 
 # --- claim, paging, bulk ---------------------------------------------------------------

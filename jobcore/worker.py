@@ -160,12 +160,13 @@ class _Attempt:
     """
 
     __slots__ = (
-        "claimed", "ctx", "deadline", "handle", "lease_until", "log", "next_beat", "slot_holder", "slot_key",
+        "claimed", "ctx", "deadline", "handle", "job", "lease_until", "log", "next_beat", "slot_holder", "slot_key",
         "started_at", "status", "task",
     )
 
     def __init__(self, claimed: Claimed, handle: JobHandle | None, ctx: JobContext, log: logging.LoggerAdapter[Any]):
         self.claimed = claimed
+        self.job: Job = claimed.job
         self.handle = handle
         self.ctx = ctx
         self.log = log
@@ -177,10 +178,6 @@ class _Attempt:
         self.slot_key: str | None = None
         self.slot_holder = ""
         self.task: asyncio.Task[Any] | None = None
-
-    @property
-    def job(self) -> Job:
-        return self.claimed.job
 
 
 class _Settle:
@@ -283,7 +280,7 @@ class Worker:
         self._killed = False
         self._done = threading.Event()
         self._keeper_wake = threading.Event()
-        self._settles: queue_mod.Queue[Any] = queue_mod.Queue()
+        self._settles: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()
         self._runq: queue_mod.SimpleQueue[_Attempt | None] = queue_mod.SimpleQueue()
         self.prefetch = v.check_int(
             min(max(4 * self.concurrency, 32), v.MAX_CLAIM_BATCH) if prefetch is None else prefetch, "prefetch", 0,
@@ -462,6 +459,8 @@ class Worker:
                 continue
             for job in result.buried:
                 self._announce_buried(job)
+            if result.claimed:
+                self._count("claimed", len(result.claimed))
             for claimed in result.claimed:
                 try:
                     self._launch(claimed)
@@ -532,7 +531,6 @@ class Worker:
     def _launch(self, claimed: Claimed) -> None:
         job = claimed.job
         log = job_logger(logger, job)
-        self._count("claimed", 1)
         try:
             handle: JobHandle | None = self.registry.get(job.name)
         except JobNotRegistered as exc:
@@ -541,8 +539,15 @@ class Worker:
         ctx = JobContext(job, claimed.token, log=log)
         attempt = _Attempt(claimed, handle, ctx, log)
         attempt.next_beat = time.monotonic() + self.heartbeat_interval
+        if handle is not None:
+            attempt.status = "queued"  # leased and heartbeated while it waits for a slot
         with self._lock:
             stale = self._active.get(job.id)
+            if stale is None and handle is not None:  # the common case: queued in this one locked step
+                if not self._killed:
+                    self._active[job.id] = attempt
+                    self._backlog.append(attempt)
+                return
         if stale is not None:
             # This worker reclaimed a job whose earlier attempt it still holds: that lease
             # lapsed and the claim moved its token, so the earlier attempt is called off
@@ -552,7 +557,6 @@ class Worker:
             error = JobNotRegistered(f"no handler is registered for job {job.name!r} in worker {self.worker_id}")
             self._queue_nack(attempt, error, retry_policy(None, job, error, self.driver.clock.now(), self._rng))
             return
-        attempt.status = "queued"  # leased and heartbeated while it waits for a slot
         with self._lock:
             if self._killed:
                 return
@@ -938,11 +942,11 @@ class Worker:
                 self._landed(item, answer)
 
     def _forget(self, attempt: _Attempt) -> None:
-        with self._cond:
+        with self._lock:  # nobody waits on _active alone: room and drain count slots (_busy)
             if self._active.get(attempt.job.id) is attempt:
                 del self._active[attempt.job.id]
-            self._cond.notify_all()
-        self._release_slot(attempt)
+        if attempt.slot_key is not None:
+            self._release_slot(attempt)
 
     def _release_slot(self, attempt: _Attempt) -> None:
         if attempt.slot_key is None:

@@ -289,6 +289,9 @@ REFUSED_PAYLOADS: dict[str, Any] = {
     "none_key": {None: 1},
     "nul_in_value": "a\x00b",
     "nul_in_key": {"k\x00": 1},
+    "nul_in_flat_value": {"s": "a\x00b", "n": 1},
+    "surrogate_in_flat_value": {"s": "\ud800"},
+    "surrogate_in_flat_key": {"\udfff": 1},
     "unpaired_surrogate": "\ud800",
     "set": {1, 2},
     "frozenset": {"s": frozenset()},
@@ -472,6 +475,25 @@ def test_E05_one_bad_item_refuses_the_batch(driver: JobDriver, bad: Any, code: s
         driver.enqueue_many([{"name": "ok", "key": "k"}, bad, JobSpec(name="also_ok")])
     assert all_jobs(driver) == []
     assert driver.enqueue("ok", key="k").duplicate is False
+
+
+@pytest.mark.parametrize(
+    ("first", "repeat", "code"),
+    [
+        ({"priority": 1}, {"priority": True}, "JC_OPTION_INVALID"),
+        ({"max_attempts": 2}, {"max_attempts": 2.0}, "JC_OPTION_INVALID"),
+        ({"queue": "q"}, {"queue": "q", "run_at": datetime(2030, 1, 1)}, "JC_OPTION_INVALID"),  # noqa: DTZ001 - naive on purpose
+        ({"payload": {"n": 1}}, {"payload": {"n": math.inf}}, "JC_PAYLOAD_INVALID"),
+    ],
+    ids=["priority_true_after_1", "attempts_float_after_int", "naive_run_at", "flat_payload_inf"],
+)
+def test_E05_an_item_repeating_good_options_is_still_checked(
+    driver: JobDriver, first: dict[str, Any], repeat: dict[str, Any], code: str
+) -> None:
+    """Options equal to an earlier item's (True == 1, 2.0 == 2) are each checked as given."""
+    with refused(code):
+        driver.enqueue_many([{"name": "x", **first}, {"name": "x", **first}, {"name": "x", **repeat}])
+    assert all_jobs(driver) == []
 
 
 @pytest.mark.parametrize("specs", ["text", {"name": "x"}, 5], ids=["str", "mapping", "int"])

@@ -294,8 +294,11 @@ class PostgresDriver:
         else:
             raise psycopg.OperationalError("every pooled connection was dead")
         try:
-            with conn:
+            if conn.autocommit:  # the driver's own pool: nothing to commit
                 yield conn
+            else:
+                with conn:  # a caller's pool without autocommit: commit (or roll back) here
+                    yield conn
         finally:
             self._pool.putconn(conn)
 
@@ -427,11 +430,13 @@ class PostgresDriver:
         return self.ack_many([(token, result)])[0]
 
     def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
-        checked: list[tuple[ClaimToken, str | None]] = []
-        for token, result in v.check_pairs(items):
-            checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
+        checked = [
+            (v.check_token(token), None if result is None else v.encode_json(result, "result"))
+            for token, result in v.check_pairs(items)
+        ]
         answers: list[Job | None] = [None] * len(checked)
-        ids, workers, claims, results, where = [], [], [], [], []
+        rows: list[list[Any]] = []  # [id, worker_id, claim_no, result] per distinct live token
+        where: list[int] = []
         seen: set[tuple[int, str, int]] = set()
         for index, (token, text) in enumerate(checked):
             fence = self._fence(token)
@@ -441,17 +446,11 @@ class PostgresDriver:
             if ident in seen:  # the same token twice: the first lands, the second finds it settled
                 continue
             seen.add(ident)
-            ids.append(fence["id"])
-            workers.append(fence["worker"])
-            claims.append(fence["claim_no"])
-            results.append(text)
+            rows.append([*ident, text])
             where.append(index)
-        if not ids:
+        if not rows:
             return answers
-        rows = self._fetch(self.q.ACK_MANY, {
-            "ids": ids, "workers": workers, "claims": claims, "results": results, "now": self._now(),
-        })
-        for row in rows:
+        for row in self._fetch(self.q.ACK_MANY, {"items": json.dumps(rows), "now": self._now()}):
             answers[where[row[0] - 1]] = job_from_row(row[1:])
         return answers
 

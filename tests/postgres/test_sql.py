@@ -161,7 +161,7 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
     fence = {"id": 1, "worker": "w", "claim_no": 1}
     cases = {
         "CLAIM": _claim_params(now),
-        "ACK_MANY": {"ids": [1, 2], "workers": ["w", "w"], "claims": [1, 1], "results": [None, None], "now": now},
+        "ACK_MANY": {"items": json.dumps([[1, "w", 1, None], [2, "w", 1, None]]), "now": now},
         "NACK": {**fence, "fail": False, "park": False, "give_back": 0, "dead_letter": True, "type": "E",
                  "message": "m", "now": now, "now_ms": epoch_ms(now), "retry_at": now, "channel": "c"},
         "HEARTBEAT": {**fence, "expires": now},
@@ -178,3 +178,25 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
     assert "jobs_due" in plans["CLAIM"]
     assert "jobs_running" in plans["CLAIM"]
     assert "jobs_running" in plans["RESCUE"]
+
+
+def test_a_callers_pool_without_autocommit_still_commits_each_statement(pg_url: str, pool: Any) -> None:
+    """The driver's own pool is autocommit; a pool the caller built without it commits per statement too."""
+    schema = fx.schema_name()
+    theirs = make_pool(pg_url, min_size=1, max_size=2, autocommit=False)
+    driver = PostgresDriver(theirs, schema=schema, clock=ManualClock(START))
+    try:
+        driver.migrate()
+        job = driver.enqueue("kept", {"n": 1})
+        claimed = driver.claim(["default"], worker_id="w", lease=30).claimed
+        assert [c.job.id for c in claimed] == [job.id]
+        assert driver.ack(claimed[0].token) is not None
+        with psycopg.connect(pg_url, autocommit=True) as other:  # what another session sees
+            row = other.execute(
+                sql.SQL("SELECT state FROM {} WHERE id = %s").format(sql.Identifier(schema, "jobs")), (int(job.id),)
+            ).fetchone()
+        assert row == ("done",)
+    finally:
+        driver.close()
+        theirs.close()
+        fx.drop_schema(pool, schema)
