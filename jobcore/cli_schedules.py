@@ -91,6 +91,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
         return _run_scheduler(args)
     finally:
         logging.getLogger().removeHandler(handler)
+        handler.close()
         logging.getLogger().setLevel(level)
 
 

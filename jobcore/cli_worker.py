@@ -11,6 +11,7 @@ the job id and name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import logging
@@ -29,7 +30,10 @@ from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, Worker
 
-__all__ = ["LOG_FORMAT", "JobFieldsFilter", "configure_logging", "import_jobs", "register"]
+__all__ = [
+    "FLUSH_DELAY", "LOG_FORMAT", "BatchedStderrHandler", "JobFieldsFilter", "configure_logging", "import_jobs",
+    "register",
+]
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [job %(job_id)s %(job_name)s] %(message)s"
 
@@ -60,9 +64,74 @@ class _Formatter(logging.Formatter):
         return f"{self._stamp},{int(record.msecs):03d}"  # the stdlib's default_msec_format
 
 
+FLUSH_DELAY = 0.05
+"""Seconds an INFO (or lower) line may wait in :class:`BatchedStderrHandler` before it is written."""
+
+
+class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes formatted records in batches: one write for every line due, not one per line.
+
+    A record at WARNING or above is written at once, after every line waiting before it; lower
+    ones wait at most :data:`FLUSH_DELAY` seconds. A busy worker logs a line per finished job,
+    and a write per line (a system call, on a line-buffered stderr) cost about as much as
+    making the line. ``flush()``, ``close()`` and interpreter exit write what waits; a killed
+    process loses at most the last :data:`FLUSH_DELAY` seconds of INFO lines.
+    """
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self._waiting: list[str] = []
+        self._due = threading.Event()
+        self._closing = False
+        threading.Thread(target=self._flusher, name="jobcore-log-flush", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:  # called under the handler's lock
+        try:
+            self._waiting.append(self.format(record))
+            if record.levelno >= logging.WARNING or len(self._waiting) >= 1000:
+                self._write()
+            elif not self._due.is_set():  # the flusher clears it before it takes the lock to write
+                self._due.set()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def _write(self) -> None:
+        if self._waiting:
+            text = self.terminator.join(self._waiting) + self.terminator
+            self._waiting.clear()
+            self.stream.write(text)
+            self.stream.flush()
+
+    def flush(self) -> None:
+        """Write every waiting line now."""
+        self.acquire()
+        try:
+            self._write()
+        finally:
+            self.release()
+
+    def _flusher(self) -> None:
+        while not self._closing:
+            self._due.wait()
+            time.sleep(FLUSH_DELAY)
+            self._due.clear()
+            with contextlib.suppress(OSError, ValueError):  # stderr closed under us: nothing to do
+                self.flush()
+
+    def close(self) -> None:
+        """Write what waits and stop the flushing thread."""
+        self._closing = True
+        self._due.set()
+        with contextlib.suppress(OSError, ValueError):
+            self.flush()
+        super().close()
+
+
 def configure_logging(level: str = "INFO") -> tuple[logging.Handler, int]:
     """Log to stderr with :data:`LOG_FORMAT`; answers the handler added and the root's previous level."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BatchedStderrHandler(sys.stderr)
     handler.setFormatter(_Formatter(LOG_FORMAT))
     handler.addFilter(JobFieldsFilter())
     root = logging.getLogger()
@@ -140,6 +209,7 @@ def run_worker(args: argparse.Namespace) -> int:
         return _run_worker(args)
     finally:
         logging.getLogger().removeHandler(handler)
+        handler.close()
         logging.getLogger().setLevel(level)
 
 

@@ -736,7 +736,8 @@ class Worker:
             ran = time.monotonic() - attempt.started_at
             self._run_time = ran if self._run_time is None else self._run_time + (ran - self._run_time) / 8
             self._cond.notify_all()
-        self._wake.set()
+        if not self._wake.is_set():  # once per job: Event.set takes a lock even when set
+            self._wake.set()
         if raised is None:
             self._settles.put(_Settle(attempt, "ack", result=result))
             return

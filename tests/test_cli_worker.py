@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 from jobcore.drivers.memory import MemoryDriver
 
+from jobcore import cli_worker
 from jobcore.cli import main
+from jobcore.cli_worker import BatchedStderrHandler
 from jobcore.records import JobState
 from jobcore.registry import default_registry
 
@@ -113,3 +116,51 @@ def test_demo_runs_to_completion_and_checks_itself(capsys: pytest.CaptureFixture
     assert "never reclaimed" in out
     assert "checks: no job lost" in out
     assert "done" in out
+
+
+class _Writes:
+    """A stream that keeps each write apart."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.writes.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _record(level: int, message: str) -> logging.LogRecord:
+    return logging.LogRecord("jobcore.test", level, __file__, 1, message, (), None)
+
+
+def test_batched_stderr_writes_info_lines_together_within_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """INFO lines wait (at most FLUSH_DELAY) and go out in one write, in order."""
+    monkeypatch.setattr(cli_worker, "FLUSH_DELAY", 1.0)  # room for a slow machine between the lines
+    stream = _Writes()
+    handler = BatchedStderrHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    try:
+        for n in range(5):
+            handler.handle(_record(logging.INFO, f"line {n}"))
+        assert stream.writes == []  # nothing yet: they wait for company
+        deadline = time.monotonic() + 5
+        while not stream.writes and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert stream.writes == ["line 0\nline 1\nline 2\nline 3\nline 4\n"]
+    finally:
+        handler.close()
+
+
+def test_batched_stderr_writes_a_warning_at_once_after_what_waited() -> None:
+    """A WARNING never waits, and the INFO lines before it come out first; close() writes the rest."""
+    stream = _Writes()
+    handler = BatchedStderrHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.handle(_record(logging.INFO, "a"))
+    handler.handle(_record(logging.WARNING, "b"))
+    assert stream.writes == ["INFO a\nWARNING b\n"]
+    handler.handle(_record(logging.INFO, "c"))
+    handler.close()
+    assert "".join(stream.writes) == "INFO a\nWARNING b\nINFO c\n"

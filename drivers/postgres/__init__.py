@@ -79,6 +79,17 @@ def _alive(conn: psycopg.Connection[Any]) -> bool:
     return True
 
 
+def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
+    """``(id, worker_id, claim_no)`` as the row holds them, or None for a token no row can match."""
+    job_id, worker, claim_no = token.job_id, token.worker_id, token.claim_no
+    if isinstance(claim_no, bool) or not isinstance(claim_no, int) or not 0 <= claim_no < 2**63:
+        return None
+    ident = parse_id(job_id) if isinstance(job_id, str) else None
+    if ident is None or not isinstance(worker, str):
+        return None
+    return ident, worker, claim_no
+
+
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 
@@ -410,12 +421,8 @@ class PostgresDriver:
         return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
     def _fence(self, token: ClaimToken) -> dict[str, Any] | None:
-        ident = parse_id(token.job_id) if isinstance(token.job_id, str) else None
-        if ident is None or not isinstance(token.worker_id, str) or isinstance(token.claim_no, bool):
-            return None
-        if not isinstance(token.claim_no, int) or not 0 <= token.claim_no < 2**63:
-            return None
-        return {"id": ident, "worker": token.worker_id, "claim_no": token.claim_no}
+        ident = _token_row(token)
+        return None if ident is None else {"id": ident[0], "worker": ident[1], "claim_no": ident[2]}
 
     def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
         v.check_token(token)
@@ -439,10 +446,9 @@ class PostgresDriver:
         where: list[int] = []
         seen: set[tuple[int, str, int]] = set()
         for index, (token, text) in enumerate(checked):
-            fence = self._fence(token)
-            if fence is None:
+            ident = _token_row(token)
+            if ident is None:
                 continue
-            ident = (fence["id"], fence["worker"], fence["claim_no"])
             if ident in seen:  # the same token twice: the first lands, the second finds it settled
                 continue
             seen.add(ident)

@@ -21,7 +21,13 @@ _UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
 _MAX_ID = 2**63 - 1
 _STATES = {state.value: state for state in JobState}
-_loads = json.loads
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _loads(text: str) -> Any:
+    """Decode stored JSON: the driver wrote it canonical (no surrounding space), so ``raw_decode`` will do."""
+    return _raw_decode(text)[0]
+
 
 
 def epoch_ms(value: datetime) -> int:
