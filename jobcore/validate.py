@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
@@ -407,6 +408,8 @@ def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAUL
         )
     out: list[NewJob] = []
     checked: dict[tuple[object, ...], dict[str, Any]] = {}
+    last: tuple[object, ...] = ()
+    options: dict[str, Any] = {}
     for index, spec in enumerate(specs):
         if len(out) >= MAX_ENQUEUE_BATCH:
             raise OptionInvalid(f"more than {MAX_ENQUEUE_BATCH} specs in one batch", "split the batch")
@@ -427,16 +430,18 @@ def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAUL
             payload = spec.get("payload")
         else:
             raise OptionInvalid(f"spec {index} is a {type(spec).__name__}", "pass JobSpec records or mappings")
-        # Types are part of the memo key: True == 1 and 1.0 == 1, yet only 1 passes as an int.
-        memo = (*values, *map(type, values))
-        try:
-            options = checked.get(memo)
-        except TypeError:  # an unhashable option: checked (and refused) below, unmemoised
-            memo, options = (), None
-        if options is None:
-            options = _job_options(*values, now, default_max_attempts)
-            if memo:
-                checked[memo] = options
+        if not (last and all(map(operator.is_, values, last))):  # the very objects the last item had
+            # Types are part of the memo key: True == 1 and 1.0 == 1, yet only 1 passes as an int.
+            memo = (*values, *map(type, values))
+            try:
+                known = checked.get(memo)
+            except TypeError:  # an unhashable option: checked (and refused) below, unmemoised
+                memo, known = (), None
+            if known is None:
+                known = _job_options(*values, now, default_max_attempts)
+                if memo:
+                    checked[memo] = known
+            options, last = known, values
         out.append(NewJob(payload=encode_json(payload, "payload"), **options))
     return out
 

@@ -15,7 +15,7 @@ from typing import Any
 from jobcore.clock import to_millis
 from jobcore.records import Job, JobError, JobFilter, JobState, stored_job
 
-__all__ = ["epoch_ms", "filter_params", "job_from_row", "parse_id"]
+__all__ = ["decode_stored", "epoch_ms", "filter_params", "job_from_row", "parse_id"]
 
 _UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
@@ -24,9 +24,12 @@ _STATES = {state.value: state for state in JobState}
 _raw_decode = json.JSONDecoder().raw_decode
 
 
-def _loads(text: str) -> Any:
-    """Decode stored JSON: the driver wrote it canonical (no surrounding space), so ``raw_decode`` will do."""
+def decode_stored(text: str) -> Any:
+    """Decode stored JSON: it was written canonical (no surrounding space), so ``raw_decode`` will do."""
     return _raw_decode(text)[0]
+
+
+_loads = decode_stored
 
 
 

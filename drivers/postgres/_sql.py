@@ -80,7 +80,7 @@ WITH input AS (
     SELECT nextval({{seq}}) AS id, t.ord, t.item->>0 AS name, t.item->>1 AS queue, t.item->>2 AS payload,
            t.item->>3 AS state, (t.item->>4)::int AS priority, (t.item->>5)::timestamptz AS run_at,
            (t.item->>6)::int AS max_attempts, t.item->>7 AS key
-    FROM json_array_elements(%(items)s::json) WITH ORDINALITY AS t(item, ord)
+    FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)
 ), ins AS (
     INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                              created_at, claim_no, key, errors)
@@ -134,7 +134,7 @@ WITH ins AS (
                              created_at, claim_no, key, errors)
     SELECT nextval({{seq}}), t.item->>0, t.item->>1, t.item->>2, t.item->>3, (t.item->>4)::int, 0,
            (t.item->>6)::int, (t.item->>5)::timestamptz, %(now)s::timestamptz, 0, NULL, '[]'::jsonb
-    FROM json_array_elements(%(items)s::json) WITH ORDINALITY AS t(item, ord)
+    FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)
     ORDER BY t.ord
     RETURNING j.id, j.queue, j.state
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
@@ -220,7 +220,7 @@ RETURNING j.id
 ACK_MANY: Final = f"""
 UPDATE {{jobs}} AS j SET
     state = 'done', result = t.item->>3, finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL
-FROM json_array_elements(%(items)s::json) WITH ORDINALITY AS t(item, ord)
+FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)
 WHERE j.id = (t.item->>0)::bigint AND j.state = 'running' AND j.worker_id = t.item->>1
   AND j.claim_no = (t.item->>2)::bigint
 RETURNING t.ord, {_lean("j")}
