@@ -211,7 +211,7 @@ class Worker:
         worker_id: This worker's id in claims (default ``host:pid:random``).
         on_settled: ``fn(job, outcome)`` for each ending that landed (see :data:`OUTCOMES`).
         rescue_interval: Seconds between ``introspect.rescue()`` sweeps (``None``: never).
-        prefetch: Most jobs claimed ahead of free slots (default ``max(4 * concurrency, 32)``, at most 1000;
+        prefetch: Most jobs claimed ahead of free slots (default ``max(16 * concurrency, 128)``, at most 1000;
             0: claim only for free slots). The worker prefetches only what its slots will
             run within one claim round trip (measured), so slow jobs are never hoarded;
             prefetched jobs are leased and heartbeated, and given back unstarted on stop.
@@ -283,7 +283,7 @@ class Worker:
         self._settles: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()
         self._runq: queue_mod.SimpleQueue[_Attempt | None] = queue_mod.SimpleQueue()
         self.prefetch = v.check_int(
-            min(max(4 * self.concurrency, 32), v.MAX_CLAIM_BATCH) if prefetch is None else prefetch, "prefetch", 0,
+            min(max(16 * self.concurrency, 128), v.MAX_CLAIM_BATCH) if prefetch is None else prefetch, "prefetch", 0,
             v.MAX_CLAIM_BATCH,
         )
         self._backlog: collections.deque[_Attempt] = collections.deque()
