@@ -16,6 +16,7 @@ from psycopg import sql
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock
 from jobcore.records import JobState, RetentionPolicy
+from tests.postgres.plans import generic_plan
 
 ZERO = RetentionPolicy(done=0, failed=0, cancelled=0, dead=0)
 LONG_AGO = START - timedelta(days=60)
@@ -80,22 +81,6 @@ def test_migration_sets_the_prune_index_and_the_storage_settings(driver: Any, po
 # --- plans ----------------------------------------------------------------------------------
 
 
-def _generic_plan(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> str:
-    """The plan PostgreSQL uses for ``query`` as a prepared statement under generic planning (the driver's mode)."""
-    notes: list[str] = []
-    conn.add_notice_handler(lambda n: notes.append(n.message_primary or ""))
-    try:
-        conn.execute("LOAD 'auto_explain'")
-    except psycopg.errors.InsufficientPrivilege:
-        pytest.skip("auto_explain needs a superuser connection")
-    for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                    "client_min_messages = log", "plan_cache_mode = force_generic_plan"):
-        conn.execute(f"SET {setting}")
-    with conn.transaction(force_rollback=True):
-        conn.execute(query, params, prepare=True)
-    return notes[-1].split("\n\n")[-1] if notes else ""
-
-
 def test_prune_reads_the_partial_index_in_generic_and_custom_plans(driver: Any, pool: Any, pg_url: str) -> None:
     """Both prune statements find eligible rows through jobs_finished, never a scan of the jobs table."""
     _finished(pool, driver, 20_000)
@@ -103,7 +88,7 @@ def test_prune_reads_the_partial_index_in_generic_and_custom_plans(driver: Any, 
     _analyze(pool, driver)
     pruner = driver.introspect._pruner
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        plans = {name: _generic_plan(conn, getattr(pruner.q, name), _params(START, 500))
+        plans = {name: generic_plan(conn, getattr(pruner.q, name), _params(START, 500))
                  for name in ("PRUNE_BATCH", "PRUNE_COUNT")}
     with pool.connection() as conn, conn.transaction(force_rollback=True):
         plans["custom"] = "\n".join(

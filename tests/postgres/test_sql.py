@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from jobcore.drivers.postgres import PostgresDriver, _sql, make_pool
 from jobcore.drivers.postgres._rows import epoch_ms
 from jobcore.parity.plugin import START
@@ -19,6 +18,7 @@ from psycopg import sql
 
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock
+from tests.postgres.plans import generic_plan
 
 SOURCE = Path(__file__).resolve().parents[2] / "drivers" / "postgres"
 
@@ -129,22 +129,6 @@ def test_statements_per_operation(pg_url: str, pool: Any) -> None:
         fx.drop_schema(pool, schema)
 
 
-def _generic_plan(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> str:
-    """The plan PostgreSQL uses for ``query`` as a prepared statement under generic planning."""
-    notes: list[str] = []
-    conn.add_notice_handler(lambda n: notes.append(n.message_primary or ""))
-    try:
-        conn.execute("LOAD 'auto_explain'")
-    except psycopg.errors.InsufficientPrivilege:
-        pytest.skip("auto_explain needs a superuser connection")
-    for setting in ("auto_explain.log_min_duration = 0", "client_min_messages = log",
-                    "plan_cache_mode = force_generic_plan"):
-        conn.execute(f"SET {setting}")
-    with conn.transaction(force_rollback=True):
-        conn.execute(query, params, prepare=True)
-    return notes[-1].split("\n\n")[-1] if notes else ""
-
-
 def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any, pg_url: str) -> None:
     """Generic plans (the driver's sessions use them) of the hot statements never scan the jobs table."""
     with pool.connection() as conn:
@@ -171,7 +155,7 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
         "RESCUE": {"now": now, "now_ms": epoch_ms(now), "channel": "c"},
     }
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        plans = {name: _generic_plan(conn, getattr(driver.q, name), params) for name, params in cases.items()}
+        plans = {name: generic_plan(conn, getattr(driver.q, name), params) for name, params in cases.items()}
     for name, plan in plans.items():
         assert "Index" in plan, (name, plan)
         assert "Seq Scan on jobs" not in plan, (name, plan)
