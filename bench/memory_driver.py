@@ -3,7 +3,9 @@
     .venv/bin/python bench/memory_driver.py [--jobs N]
 
 Measures jobs/s for claim + ``ack_many`` with 1 and 4 threads and claim batches of 1, 10
-and 100, each on a fresh driver holding ``N`` ready jobs (enqueued before timing starts).
+and 100, each on a fresh driver holding ``N`` ready jobs (enqueued before timing starts);
+then claim + ``ack_many(..., landed_only=True)``, which answers only whether each ack
+landed: the way the worker acks when no ``on_settled`` hook needs the settled jobs.
 The goal (issue 7) is 100,000 jobs/s single-threaded at a sensible batch, so application
 test suites never wait on jobcore. :func:`run` answers ``(label, jobs/s)`` pairs, which
 ``bench/peers.py`` prints in its memory-driver section.
@@ -30,7 +32,7 @@ def _fill(jobs: int) -> MemoryDriver:
     return driver
 
 
-def drain(driver: MemoryDriver, threads: int, batch: int) -> tuple[int, float, float]:
+def drain(driver: MemoryDriver, threads: int, batch: int, landed_only: bool = False) -> tuple[int, float, float]:
     """Claim and ack everything ready with ``threads`` threads: (jobs settled, seconds, CPU seconds)."""
     done = [0] * threads
 
@@ -40,8 +42,11 @@ def drain(driver: MemoryDriver, threads: int, batch: int) -> tuple[int, float, f
             claimed = driver.claim(["default"], worker_id=worker, limit=batch, lease=60).claimed
             if not claimed:
                 return
-            answers = driver.ack_many([(c.token, None) for c in claimed])
-            done[slot] += sum(1 for a in answers if a is not None)
+            pairs = [(c.token, None) for c in claimed]
+            if landed_only:
+                done[slot] += sum(driver.ack_many(pairs, landed_only=True))
+            else:
+                done[slot] += sum(1 for a in driver.ack_many(pairs) if a is not None)
 
     cpu, started = time.process_time(), time.perf_counter()
     if threads == 1:  # in this thread: no thread start in the timing
@@ -56,19 +61,21 @@ def drain(driver: MemoryDriver, threads: int, batch: int) -> tuple[int, float, f
 
 
 def run(jobs: int = 50_000) -> list[tuple[str, float]]:
-    """``(label, value)`` for every thread count and batch size: jobs per wall second and
-    per CPU second of this process (on a shared machine the second is the steadier one).
-    Each run is checked complete."""
+    """``(label, value)`` for every answer kind, thread count and batch size: jobs per wall
+    second and per CPU second of this process (on a shared machine the second is the
+    steadier one). Each run is checked complete."""
     figures: list[tuple[str, float]] = []
-    for threads in THREADS:
-        for batch in BATCHES:
-            driver = _fill(jobs)
-            settled, seconds, cpu = drain(driver, threads, batch)
-            if settled != jobs:
-                raise RuntimeError(f"settled {settled} of {jobs} jobs")
-            label = f"memory claim+ack_many, {threads} thread{'s' if threads > 1 else ''}, batch {batch}"
-            figures.append((f"{label} (jobs/s)", settled / seconds))
-            figures.append((f"{label} (jobs per CPU second)", settled / max(cpu, 1e-9)))
+    for landed_only in (False, True):
+        for threads in THREADS:
+            for batch in BATCHES:
+                driver = _fill(jobs)
+                settled, seconds, cpu = drain(driver, threads, batch, landed_only)
+                if settled != jobs:
+                    raise RuntimeError(f"settled {settled} of {jobs} jobs")
+                ack = "ack_many landed_only" if landed_only else "ack_many"
+                label = f"memory claim+{ack}, {threads} thread{'s' if threads > 1 else ''}, batch {batch}"
+                figures.append((f"{label} (jobs/s)", settled / seconds))
+                figures.append((f"{label} (jobs per CPU second)", settled / max(cpu, 1e-9)))
     return figures
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 from jobcore.clock import Clock
 from jobcore.records import (
@@ -46,6 +46,7 @@ __all__ = [
     "Duration",
     "Introspector",
     "JobDriver",
+    "LandedAcks",
     "LeaseStore",
     "ScheduleStore",
     "Subscription",
@@ -57,6 +58,7 @@ CAPABILITIES = {
     "notify": "subscribe() delivers wake-ups when jobs become due (no polling needed)",
     "shared_store": "several processes can share the store (not the in-memory driver)",
     "transactional_enqueue": "enqueue can join the caller's own database transaction",
+    "ack_landed_only": "ack_many(items, landed_only=True) answers True/False per item, reading no job back",
 }
 """Capabilities a driver may declare in ``capabilities``; scenarios skip by these."""
 
@@ -335,6 +337,25 @@ class ScheduleStore(Protocol):
         ...
 
 
+class LandedAcks(Protocol):
+    """``ack_many`` as a driver declaring the ``ack_landed_only`` capability offers it.
+
+    With ``landed_only=True`` the batch is settled exactly as without it (S07: each item
+    fenced on its own token, a repeated token landing once, a bad item refusing the whole
+    batch) but the answer is ``True`` or ``False`` per item, in input order, and no job is
+    read back. The worker acks this way when nothing needs the settled job (no
+    ``on_settled``): reading and decoding each job was most of a batch's cost.
+    """
+
+    @overload
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
+    ) -> list[Job | None]: ...
+
+    @overload
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
+
+
 @runtime_checkable
 class JobDriver(Protocol):
     """One backend's whole job store. Every implementation keeps every rule of docs/rules.md.
@@ -454,6 +475,9 @@ class JobDriver(Protocol):
 
         Each item is fenced on its own token; answers come back in input order. A
         result that is not storable refuses the whole batch before anything is written.
+
+        A driver declaring the ``ack_landed_only`` capability also takes
+        ``landed_only=True`` (see :class:`LandedAcks`).
         """
         ...
 

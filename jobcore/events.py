@@ -139,14 +139,30 @@ def _log(level: int, message: str, args: tuple[object, ...], exc_info: Any, extr
     """``logger.log`` without its stack walk: the caller it would find is always :func:`emit`.
 
     Once per job transition, the walk was the costliest step after the handler's own
-    write; the record is the same (path, line and function name included).
+    write; the record is the same (path, line and function name included). With the
+    stdlib's own ``makeRecord`` and record factory, the fields go onto the record in one
+    ``update``: ``makeRecord`` checks each for a clash, and none of :data:`FIELDS` can
+    clash with a ``LogRecord`` attribute (checked once below). That check was half the
+    cost of making the record.
     """
     if exc_info:
         if isinstance(exc_info, BaseException):
             exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
         elif not isinstance(exc_info, tuple):
             exc_info = sys.exc_info()
-    logger.handle(logger.makeRecord(logger.name, level, _EMIT_FILE, _EMIT_LINE, message, args, exc_info, "emit", extra))
+    if type(logger).makeRecord is _MAKE_RECORD and logging.getLogRecordFactory() is logging.LogRecord:
+        record = logging.LogRecord(logger.name, level, _EMIT_FILE, _EMIT_LINE, message, args, exc_info, "emit")
+        record.__dict__.update(extra)
+    else:  # a custom Logger class or record factory: its own makeRecord, clash checks and all
+        record = logger.makeRecord(logger.name, level, _EMIT_FILE, _EMIT_LINE, message, args, exc_info, "emit", extra)
+    logger.handle(record)
+
+
+_MAKE_RECORD = logging.Logger.makeRecord
+_RECORD_NAMES = {*vars(logging.LogRecord("-", logging.INFO, "-", 0, "", (), None)), "message", "asctime"}
+_CLASHES = _RECORD_NAMES & set(FIELDS)
+if _CLASHES:  # pragma: no cover - a future LogRecord attribute named like a field
+    raise RuntimeError(f"event fields {sorted(_CLASHES)} clash with LogRecord attributes")
 
 
 _EMIT_FILE = emit.__code__.co_filename

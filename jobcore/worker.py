@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import os
 import queue as queue_mod
@@ -39,14 +40,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from jobcore import events
 from jobcore import validate as v
 from jobcore.backoff import DEFAULT_BACKOFF
 from jobcore.clock import to_millis
 from jobcore.current import get_job_driver
-from jobcore.driver import Duration, JobDriver, Subscription
+from jobcore.driver import Duration, JobDriver, LandedAcks, Subscription
 from jobcore.errors import JobNotRegistered, JobTimeout, PayloadInvalid
 from jobcore.records import Claimed, Job, JobState, RetentionPolicy
 from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
@@ -180,6 +181,18 @@ class _Attempt:
         self.task: asyncio.Task[Any] | None = None
 
 
+def _takes_landed_only(driver: JobDriver) -> bool:
+    """Whether to ack ``landed_only``: the driver declares ``ack_landed_only`` and its
+    ``ack_many`` takes the keyword (a wrapper passing ``capabilities`` through may not)."""
+    if "ack_landed_only" not in driver.capabilities:
+        return False
+    try:
+        params = inspect.signature(driver.ack_many).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: ask nothing new of it
+        return False
+    return any(p.name == "landed_only" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 class _Settle:
     """One settle for the settler: an ack with ``result`` or a nack with ``error`` and options."""
 
@@ -290,6 +303,7 @@ class Worker:
         self._given_back_at_stop: list[tuple[_Attempt, BaseException]] = []
         self._claim_rtt = 0.0  # seconds per claim round trip (moving average)
         self._run_time: float | None = None  # seconds per handler run (moving average)
+        self._lean_acks: bool | None = None  # ack landed_only? (decided on the first ack batch)
         self._idle_runners = 0
         self._runners_closed = False
         self._drain_override: float | None = None
@@ -916,8 +930,19 @@ class Worker:
             else:
                 nacks.append(item)
         if acks:
+            pairs = [(i.attempt.claimed.token, i.result) for i in acks]
             try:
-                answers: list[Job | None] = self.driver.ack_many([(i.attempt.claimed.token, i.result) for i in acks])
+                answers: list[Job | None]
+                if self._lean_acks is None:
+                    self._lean_acks = _takes_landed_only(self.driver)
+                if self.on_settled is None and self._lean_acks:
+                    # Nothing here needs the settled jobs back: the completion event and
+                    # metrics take the claimed job. Reading them back was most of the batch.
+                    landed = cast(LandedAcks, self.driver).ack_many(pairs, landed_only=True)
+                    answers = [None] * len(acks)
+                else:
+                    answers = self.driver.ack_many(pairs)
+                    landed = [a is not None for a in answers]
             except Exception:
                 self._count("settle_errors", len(acks))
                 for item in acks:
@@ -927,8 +952,8 @@ class Worker:
                     )
                     self._forget(item.attempt)
             else:
-                for item, answer in zip(acks, answers, strict=True):
-                    self._landed(item, answer)
+                for item, answer, ok in zip(acks, answers, landed, strict=True):
+                    self._landed(item, ok, answer)
         for item in nacks:
             try:
                 answer = self.driver.nack(item.attempt.claimed.token, item.error or "failed", **item.options)
@@ -940,7 +965,7 @@ class Worker:
                 )
                 self._forget(item.attempt)
             else:
-                self._landed(item, answer)
+                self._landed(item, answer is not None, answer)
 
     def _forget(self, attempt: _Attempt) -> None:
         with self._lock:  # nobody waits on _active alone: room and drain count slots (_busy)
@@ -959,11 +984,13 @@ class Worker:
             attempt.log.warning("could not release concurrency slot %s; it lapses by itself", key, exc_info=True)
         self._wake.set()
 
-    def _landed(self, item: _Settle, answer: Job | None) -> None:
+    def _landed(self, item: _Settle, landed: bool, answer: Job | None) -> None:
+        """Log, count and report one settle; ``answer`` is the settled job, or None when
+        it did not land or an ack was sent ``landed_only`` (nothing needed it)."""
         attempt = item.attempt
         self._forget(attempt)
         job = attempt.job
-        if answer is None:
+        if not landed:
             self._count("not_landed", 1)
             events.emit(
                 "lease_lost", job,
@@ -979,6 +1006,8 @@ class Worker:
         outcome: str | None
         if item.kind == "ack":
             outcome = "completed"
+        elif answer is None:  # a landed nack always answers its job
+            raise AssertionError(f"nack of job {job.id} landed without an answer")
         elif answer.state is JobState.DEAD:
             outcome = "dead_lettered"
         elif answer.state is JobState.FAILED:
@@ -1006,7 +1035,8 @@ class Worker:
                 "settled", job, "job %s (%s) %s", job.id, job.name, outcome.replace("_", " "), level=level,
                 outcome=outcome, **fields,
             )
-            self._fire(answer, outcome)
+            if answer is not None:  # None: acked landed_only, as no on_settled was set
+                self._fire(answer, outcome)
 
     def _fire(self, job: Job, outcome: str) -> None:
         """Call ``on_settled`` for one landed ending; its errors are logged, retried, contained (W06)."""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from jobcore.parity._support import LEASE, claim_one, refused
 
 from jobcore.clock import ManualClock
-from jobcore.driver import JobDriver
+from jobcore.driver import JobDriver, LandedAcks
 from jobcore.records import ClaimToken, JobError, JobSpec, JobState
 
 
@@ -449,3 +449,80 @@ def test_S07_malformed_items_refused(driver: JobDriver, items: Any) -> None:
     got = driver.introspect.get(job.id)
     assert got is not None
     assert got.state is JobState.RUNNING
+
+
+# --- S07 with landed_only (drivers declaring ack_landed_only) ---------------------------
+
+
+def _lean(driver: JobDriver) -> LandedAcks:
+    return cast(LandedAcks, driver)
+
+
+@pytest.mark.requires("ack_landed_only")
+def test_S07_landed_only_flags_in_input_order(driver: JobDriver, clock: ManualClock) -> None:
+    """landed_only=True fences each item as a plain ack_many does and answers True/False in input order."""
+    jobs = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(4)])
+    first = driver.claim(["default"], worker_id="w1", limit=4, lease=10).claimed
+    clock.advance(seconds=5)
+    for c in first[1:3]:
+        assert driver.heartbeat(c.token, 60)
+    clock.advance(seconds=5)
+    stolen = claim_one(driver, worker="w2")  # jobs[0] and jobs[3] lapsed; the reclaim takes jobs[0]
+    assert stolen.job.id == jobs[0].id
+    items = [(first[2].token, "r2"), (first[0].token, "stale"), (first[3].token, "r3"), (first[1].token, None)]
+    assert _lean(driver).ack_many(items, landed_only=True) == [True, False, True, True]
+    stored = [driver.introspect.get(j.id) for j in jobs]
+    assert [j.state if j else None for j in stored] == [JobState.RUNNING, JobState.DONE, JobState.DONE, JobState.DONE]
+    assert [j.result if j else "-" for j in stored] == [None, None, "r2", "r3"]
+    assert stored[0] is not None
+    assert (stored[0].worker_id, stored[0].claim_no) == ("w2", 2)  # the stale ack left the reclaim alone
+    assert stored[2] is not None
+    assert (stored[2].finished_at, stored[2].lease_expires_at, stored[2].worker_id) == (clock.now(), None, None)
+
+
+@pytest.mark.requires("ack_landed_only")
+def test_S07_landed_only_same_token_twice_lands_once(driver: JobDriver) -> None:
+    """A token repeated in a landed_only batch lands the first time only."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    assert _lean(driver).ack_many([(token, "first"), (token, "second")], landed_only=True) == [True, False]
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert (got.state, got.result) == (JobState.DONE, "first")
+
+
+@pytest.mark.requires("ack_landed_only")
+def test_S07_landed_only_single_and_empty(driver: JobDriver) -> None:
+    """One item answers [True] or [False] (a settled token lands no second time); none answers []."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    assert _lean(driver).ack_many([], landed_only=True) == []
+    assert _lean(driver).ack_many([(token, {"n": 1})], landed_only=True) == [True]
+    assert _lean(driver).ack_many([(token, {"n": 2})], landed_only=True) == [False]
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert (got.state, got.result) == (JobState.DONE, {"n": 1})
+
+
+@pytest.mark.requires("ack_landed_only")
+@pytest.mark.parametrize("flag", [1, "yes", None], ids=repr)
+def test_S07_landed_only_must_be_a_bool(driver: JobDriver, flag: Any) -> None:
+    """landed_only that is not True or False is refused JC_OPTION_INVALID and nothing is written."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    with refused("JC_OPTION_INVALID"):
+        driver.ack_many([(token, "ok")], landed_only=flag)  # type: ignore[call-arg]
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.state is JobState.RUNNING
+
+
+@pytest.mark.requires("ack_landed_only")
+def test_S07_landed_only_bad_result_refuses_the_batch(driver: JobDriver) -> None:
+    """With landed_only too, one unstorable result refuses the whole batch before anything is written."""
+    driver.enqueue_many([JobSpec(name="a"), JobSpec(name="a")])
+    claimed = driver.claim(["default"], worker_id="w", limit=2, lease=LEASE).claimed
+    before = [driver.introspect.get(c.job.id) for c in claimed]
+    with refused("JC_PAYLOAD_INVALID"):
+        _lean(driver).ack_many([(claimed[0].token, "fine"), (claimed[1].token, float("nan"))], landed_only=True)
+    assert [driver.introspect.get(c.job.id) for c in claimed] == before

@@ -21,7 +21,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
@@ -144,7 +144,7 @@ class MemoryDriver:
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
     """
 
-    capabilities = frozenset({"notify"})
+    capabilities = frozenset({"notify", "ack_landed_only"})
 
     def __init__(self, *, clock: Clock | None = None, default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -360,22 +360,33 @@ class MemoryDriver:
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
 
-    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+    @overload
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
+    ) -> list[Job | None]: ...
+
+    @overload
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
+
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: bool = False
+    ) -> list[Job | None] | list[bool]:
+        lean = v.check_bool(landed_only, "landed_only")
         checked: list[tuple[ClaimToken, str | None]] = []
         for item in v.check_pairs(items):
             token, result = item
             checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
-        answers: list[Job | None] = []
+        answers: list[Any] = []
         with self._lock:
             now = self._now()
             for token, text in checked:
                 row = self._current(token)
                 if row is None:
-                    answers.append(None)
+                    answers.append(False if lean else None)
                     continue
                 row.result = text
                 self._finish(row, DONE, now)
-                answers.append(row.job())
+                answers.append(True if lean else row.job())
         return answers
 
     def nack(

@@ -54,7 +54,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -172,7 +172,8 @@ class MongoDriver:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """``shared_store``; plus ``notify`` and ``transactional_enqueue`` on a replica set or mongos.
+        """``shared_store`` and ``ack_landed_only``; plus ``notify`` and ``transactional_enqueue``
+        on a replica set or mongos.
 
         Decided from ``hello`` as real MongoDB would: change streams and multi-document
         transactions exist on replica-set members (``setName``) and mongos (``msg:
@@ -182,7 +183,7 @@ class MongoDriver:
             hello = self._hello()
             clustered = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
             extra = {"notify", "transactional_enqueue"} if clustered else set()
-            self._capabilities = frozenset({"shared_store", *extra})
+            self._capabilities = frozenset({"shared_store", "ack_landed_only", *extra})
         return self._capabilities
 
     @capabilities.setter
@@ -431,8 +432,19 @@ class MongoDriver:
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
 
+    @overload
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
+    ) -> list[Job | None]: ...
+
+    @overload
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
+
     @translated
-    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: bool = False
+    ) -> list[Job | None] | list[bool]:
+        lean = v.check_bool(landed_only, "landed_only")
         checked: list[tuple[ClaimToken, str | None]] = []
         for token, result in v.check_pairs(items):
             checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
@@ -442,9 +454,11 @@ class MongoDriver:
         if len(checked) == 1:
             token, text = checked[0]
             fence = _fence(token)
-            if fence is None:
-                return [None]
-            doc = self._jobs.find_one_and_update(fence, _ack_update(text, now), return_document=ReturnDocument.AFTER)
+            if lean:
+                return [fence is not None and self._jobs.update_one(fence, _ack_update(text, now)).matched_count == 1]
+            doc = None if fence is None else self._jobs.find_one_and_update(
+                fence, _ack_update(text, now), return_document=ReturnDocument.AFTER
+            )
             return [None if doc is None else d.to_job(doc)]
         # A batch: one bulk write, each update fenced on its own token and stamped with its
         # own mark, then one read of the marks tells which landed (two round trips in all).
@@ -467,7 +481,10 @@ class MongoDriver:
         if ops:
             self._jobs.bulk_write(ops, ordered=False)
             wanted = [m for m in marks if m is not None]
-            landed = {doc["settle_mark"]: doc for doc in self._jobs.find({"settle_mark": {"$in": wanted}})}
+            shape = {"settle_mark": 1} if lean else None  # landed_only: the marks alone, no job
+            landed = {doc["settle_mark"]: doc for doc in self._jobs.find({"settle_mark": {"$in": wanted}}, shape)}
+        if lean:
+            return [m is not None and m in landed for m in marks]
         return [None if m is None or m not in landed else d.to_job(landed[m]) for m in marks]
 
     @translated

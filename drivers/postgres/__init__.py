@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -163,7 +163,7 @@ class PostgresDriver:
         pool_min, pool_max: Size of the pool this driver makes.
     """
 
-    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue"})
+    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only"})
 
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
@@ -383,9 +383,19 @@ class PostgresDriver:
             }, conn=conn)
             return [job_from_row(rows[0][:-1])]
         if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
-            rows = self._fetch(self.q.ENQUEUE_MANY, {
-                "items": _enqueue_items(news), "now": now, "channel": self.channel,
-            }, conn=conn)
+            first = news[0]
+            shared = (first.name, first.queue, first.state, first.priority, first.run_at, first.max_attempts)
+            if all((n.name, n.queue, n.state, n.priority, n.run_at, n.max_attempts) == shared for n in news):
+                # Every item's text is canonical JSON, so joining them makes the JSON array.
+                rows = self._fetch(self.q.ENQUEUE_UNIFORM, {
+                    "payloads": f"[{','.join([n.payload for n in news])}]", "name": first.name,
+                    "queue": first.queue, "state": _STATE_TEXT[first.state], "priority": first.priority,
+                    "run_at": first.run_at, "max_attempts": first.max_attempts, "now": now, "channel": self.channel,
+                }, conn=conn)
+            else:
+                rows = self._fetch(self.q.ENQUEUE_MANY, {
+                    "items": _enqueue_items(news), "now": now, "channel": self.channel,
+                }, conn=conn)
             # The new rows hold exactly what was sent (checked, UTC, to the millisecond) plus their ids.
             return [
                 stored_job(
@@ -458,12 +468,23 @@ class PostgresDriver:
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
 
-    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+    @overload
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
+    ) -> list[Job | None]: ...
+
+    @overload
+    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
+
+    def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: bool = False
+    ) -> list[Job | None] | list[bool]:
+        lean = v.check_bool(landed_only, "landed_only")
         checked = [
             (v.check_token(token), None if result is None else v.encode_json(result, "result"))
             for token, result in v.check_pairs(items)
         ]
-        answers: list[Job | None] = [None] * len(checked)
+        answers: list[Any] = [False if lean else None] * len(checked)
         rows: list[list[Any]] = []  # [id, worker_id, claim_no, result] per distinct live token
         where: list[int] = []
         seen: set[tuple[int, str, int]] = set()
@@ -478,7 +499,12 @@ class PostgresDriver:
             where.append(index)
         if not rows:
             return answers
-        for row in self._fetch(self.q.ACK_MANY, {"items": json.dumps(rows), "now": self._now()}):
+        params = {"items": json.dumps(rows), "now": self._now()}
+        if lean:
+            for (ordinal,) in self._fetch(self.q.ACK_MANY_LANDED, params):
+                answers[where[ordinal - 1]] = True
+            return answers
+        for row in self._fetch(self.q.ACK_MANY, params):
             answers[where[row[0] - 1]] = job_from_row(row[1:])
         return answers
 

@@ -146,6 +146,24 @@ input order. It answers only the ids, in that order: every other column of a new
 what the driver sent, so the driver builds the jobs itself (a third less server time and
 no row decoding)."""
 
+ENQUEUE_UNIFORM: Final = f"""
+WITH ins AS (
+    INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+                             created_at, claim_no, key, errors)
+    SELECT nextval({{seq}}), %(name)s::text, %(queue)s::text, t.payload::text, %(state)s::text, %(priority)s::int, 0,
+           %(max_attempts)s::int, %(run_at)s::timestamptz, %(now)s::timestamptz, 0, NULL, '[]'::jsonb
+    FROM json_array_elements(%(payloads)s::json) WITH ORDINALITY AS t(payload, ord)
+    ORDER BY t.ord
+    RETURNING j.id, j.queue, j.state
+), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
+SELECT ins.id FROM ins CROSS JOIN woke ORDER BY ins.id
+"""
+""":data:`ENQUEUE_MANY` for the usual batch, whose items share every option but the payload
+(one handle's ``enqueue_many``): the options are sent once, and the payloads as one JSON
+array joined from their canonical texts. ``json`` (not ``jsonb``) keeps each element's
+text as written, so ``t.payload::text`` stores exactly what the driver encoded, key order
+included; and the server parses the array once, with no per-item field extraction."""
+
 KEY_HOLDER: Final = f"""
 SELECT {_COLS} FROM {{jobs}} AS j
 WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {_LIVE}
@@ -229,6 +247,10 @@ RETURNING t.ord, {_lean("j")}
 items are one JSON array of ``[id, worker_id, claim_no, result text or null]``: one
 parameter the client writes in C, where four arrays took a Python loop per element. Claim
 and ack, the statements every job passes through, send an empty error history as NULL."""
+
+ACK_MANY_LANDED: Final = ACK_MANY.split("RETURNING")[0] + "RETURNING t.ord\n"
+""":data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
+landed_only=True)``): no row goes back to the client to be decoded."""
 
 NACK: Final = f"""
 WITH cur AS (
@@ -426,8 +448,8 @@ LEASE_RELEASE: Final = "DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.ho
 SCHEMA_VERSION: Final = "SELECT coalesce(max(v.version), 0) FROM {versions} AS v"
 
 _NAMES: Final = (
-    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY",
-    "KEY_HOLDER", "CLAIM", "HEARTBEAT", "ACK_MANY", "NACK", "GET", "JOB_STATE", "LIST_OLDER",
+    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY", "ENQUEUE_UNIFORM",
+    "KEY_HOLDER", "CLAIM", "HEARTBEAT", "ACK_MANY", "ACK_MANY_LANDED", "NACK", "GET", "JOB_STATE", "LIST_OLDER",
     "LIST_NEWER", "STATS", "DEAD_LETTERS", "RESCUE", "CANCEL", "REQUEUE", "REMOVE", "MAKE_DUE", "CANCEL_MANY",
     "REMOVE_MANY", "PROMOTE_MANY", "REQUEUE_MANY_PICK", "REQUEUE_MANY_COUNT", "REQUEUE_MANY_APPLY",
     "LEASE_LOCK", "LEASE_PURGE", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE", "SCHEMA_VERSION",
@@ -452,10 +474,12 @@ class Statements:
     ENQUEUE: bytes
     ENQUEUE_ONE: bytes
     ENQUEUE_MANY: bytes
+    ENQUEUE_UNIFORM: bytes
     KEY_HOLDER: bytes
     CLAIM: bytes
     HEARTBEAT: bytes
     ACK_MANY: bytes
+    ACK_MANY_LANDED: bytes
     NACK: bytes
     GET: bytes
     JOB_STATE: bytes
