@@ -449,6 +449,27 @@ def test_E05_batch_answers_in_input_order(driver: JobDriver, clock: ManualClock)
         assert driver.introspect.get(job.id) == job
 
 
+def test_E05_a_batch_sharing_its_options_keeps_every_payload(driver: JobDriver) -> None:
+    """Items differing only in payload (one handle's enqueue_many) answer and store each payload
+    exactly: JSON text with separators and quotes inside, key order, nesting, null, empties."""
+    payloads: list[Any] = [
+        {"b": 1, "a": [2, {"z": None, "y": "]"}]}, 'x,]"}', None, 1.5, "é\u2028", [], {}, [[{}]], True,
+    ]
+    jobs = driver.enqueue_many([JobSpec(name="u", payload=p, queue="q1", priority=2) for p in payloads])
+    assert [j.payload for j in jobs] == payloads
+    assert [type(j.payload) for j in jobs] == [type(p) for p in payloads]
+    assert list(jobs[0].payload) == ["b", "a"]
+    for job in jobs:
+        stored = driver.introspect.get(job.id)
+        assert stored == job
+        assert stored is not None
+        assert (stored.queue, stored.priority) == ("q1", 2)
+    first = driver.introspect.get(jobs[0].id)
+    assert first is not None
+    assert list(first.payload) == ["b", "a"]
+    assert list(first.payload["a"][1]) == ["z", "y"]
+
+
 def test_E05_empty_batch_and_generators(driver: JobDriver) -> None:
     """An empty batch answers []; any iterable of specs works."""
     assert driver.enqueue_many([]) == []

@@ -124,6 +124,15 @@ def make_pool(
     )
 
 
+def _inserted(id_: int, new: v.NewJob, now: datetime) -> Job:
+    """The job a keyless insert stored: exactly what was sent (checked, UTC, to the
+    millisecond) plus its id, with no row to read back."""
+    return stored_job(
+        str(id_), new.name, new.queue, decode_stored(new.payload), new.state, new.priority, 0, new.max_attempts,
+        new.run_at, now, None, None, None, 0, None, None, None, None, (), False,
+    )
+
+
 def _enqueue_items(news: Sequence[v.NewJob]) -> str:
     """The ``items`` parameter of the enqueue statements: one JSON array of rows (see ``_sql.ENQUEUE``)."""
     rows = []
@@ -381,7 +390,7 @@ class PostgresDriver:
                 "priority": new.priority, "run_at": new.run_at, "max_attempts": new.max_attempts, "now": now,
                 "channel": self.channel,
             }, conn=conn)
-            return [job_from_row(rows[0][:-1])]
+            return [_inserted(rows[0][0], new, now)]
         if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
             first = news[0]
             shared = (first.name, first.queue, first.state, first.priority, first.run_at, first.max_attempts)
@@ -396,14 +405,7 @@ class PostgresDriver:
                 rows = self._fetch(self.q.ENQUEUE_MANY, {
                     "items": _enqueue_items(news), "now": now, "channel": self.channel,
                 }, conn=conn)
-            # The new rows hold exactly what was sent (checked, UTC, to the millisecond) plus their ids.
-            return [
-                stored_job(
-                    str(row[0]), n.name, n.queue, decode_stored(n.payload), n.state, n.priority, 0, n.max_attempts,
-                    n.run_at, now, None, None, None, 0, None, None, None, None, (), False,
-                )
-                for row, n in zip(rows, news, strict=True)
-            ]
+            return [_inserted(row[0], n, now) for row, n in zip(rows, news, strict=True)]
         answers: dict[int, Job] = {}
         pending = list(range(len(news)))
         for _ in range(_MAX_HOLDER_RETRIES):

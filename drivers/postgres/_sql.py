@@ -111,22 +111,23 @@ A holder committed by another transaction after this statement's snapshot is not
 visible here; the driver looks it up with :data:`KEY_HOLDER` (a fresh snapshot) and
 retries the insert if it finished."""
 
-ENQUEUE_ONE: Final = f"""
+ENQUEUE_ONE: Final = """
 WITH ins AS (
-    INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+    INSERT INTO {jobs} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                              created_at, claim_no, key, errors)
-    VALUES (nextval({{seq}}), %(name)s::text, %(queue)s::text, %(payload)s::text, %(state)s::text,
+    VALUES (nextval({seq}), %(name)s::text, %(queue)s::text, %(payload)s::text, %(state)s::text,
             %(priority)s::int, 0, %(max_attempts)s::int, %(run_at)s::timestamptz, %(now)s::timestamptz, 0, NULL,
             '[]'::jsonb)
-    RETURNING {_COLS}
+    RETURNING j.id, j.queue, j.state
 )
-SELECT {", ".join(f"ins.{c}" for c in JOB_COLUMNS)},
-       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, ins.queue) WHERE ins.state = 'ready') AS w)
+SELECT ins.id, (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, ins.queue) WHERE ins.state = 'ready') AS w)
 FROM ins
 """
 """One job without an idempotency key (E01): no conflict is possible, so the plain
 insert of scalars skips :data:`ENQUEUE`'s arrays and duplicate branches, a third of its
-cost per call. The trailing column NOTIFYs the queue when the job is due (at commit)."""
+cost per call. It answers only the new id (the driver builds the job from what it sent,
+as for :data:`ENQUEUE_MANY`); the trailing column NOTIFYs the queue when the job is due
+(at commit)."""
 
 ENQUEUE_MANY: Final = f"""
 WITH ins AS (

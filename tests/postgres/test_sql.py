@@ -107,8 +107,11 @@ def test_statements_per_operation(pg_url: str, pool: Any) -> None:
         driver.introspect.get("1")  # first use checks the schema version once
         sent = CountingCursor.sent
         sent.clear()
-        driver.enqueue_many([{"name": "a", "payload": i} for i in range(50)])
-        assert len(sent) == 1
+        driver.enqueue_many([{"name": "a", "payload": i} for i in range(50)])  # options shared: ENQUEUE_UNIFORM
+        assert sent == [driver.q.ENQUEUE_UNIFORM]
+        sent.clear()
+        driver.enqueue_many([{"name": "b", "payload": i, "priority": i % 2} for i in range(4)])  # ENQUEUE_MANY
+        assert sent == [driver.q.ENQUEUE_MANY]
         sent.clear()
         result = driver.claim(["default"], worker_id="w", limit=50, lease=30)
         assert len(result.claimed) == 50
@@ -117,9 +120,13 @@ def test_statements_per_operation(pg_url: str, pool: Any) -> None:
         assert driver.heartbeat(result.claimed[0].token, 30)
         assert len(sent) == 1
         sent.clear()
-        answers = driver.ack_many([(c.token, {"i": c.job.payload}) for c in result.claimed[1:]])
+        answers = driver.ack_many([(c.token, {"i": c.job.payload}) for c in result.claimed[1:25]])
         assert all(a is not None for a in answers)
         assert len(sent) == 1
+        sent.clear()
+        landed = driver.ack_many([(c.token, None) for c in result.claimed[25:]], landed_only=True)
+        assert landed == [True] * 25
+        assert sent == [driver.q.ACK_MANY_LANDED]
         sent.clear()
         assert driver.nack(result.claimed[0].token, "boom") is not None
         assert len(sent) == 1
@@ -184,3 +191,16 @@ def test_a_callers_pool_without_autocommit_still_commits_each_statement(pg_url: 
         driver.close()
         theirs.close()
         fx.drop_schema(pool, schema)
+
+
+def test_a_uniform_batch_stores_each_payload_as_encoded(driver: Any, pool: Any) -> None:
+    """ENQUEUE_UNIFORM reads the payloads as ``json`` (not ``jsonb``): each row's text is the
+    canonical encoding, key order and all, so a payload decodes as it was given."""
+    payloads: list[Any] = [{"b": 1, "a": [2, {"z": None, "y": "]"}]}, "x,]\"}", None, 1.5, "é\u2028", [], {}]
+    jobs = driver.enqueue_many([{"name": "u", "payload": p} for p in payloads])
+    with pool.connection() as conn:
+        query = sql.SQL("SELECT payload FROM {} WHERE id = ANY(%s) ORDER BY id")
+        table = sql.Identifier(driver.schema, "jobs")
+        stored = conn.execute(query.format(table), ([int(j.id) for j in jobs],)).fetchall()
+    assert [row[0] for row in stored] == [json.dumps(p, ensure_ascii=False, separators=(",", ":")) for p in payloads]
+    assert list(driver.introspect.get(jobs[0].id).payload) == ["b", "a"]

@@ -96,28 +96,35 @@ def test_enqueue_is_one_statement_single_or_batch(counted: tuple[PostgresDriver,
     driver.enqueue("budget", {"n": 1}, key="k1")
     assert _names(driver, recorder.take()) == ["ENQUEUE"]
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
+    assert _names(driver, recorder.take()) == ["ENQUEUE_UNIFORM"]
+    driver.enqueue_many([{"name": "budget", "payload": {"n": i}, "priority": i % 3} for i in range(JOBS)])
     assert _names(driver, recorder.take()) == ["ENQUEUE_MANY"]
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}, "key": f"b{i}"} for i in range(JOBS)])
     assert _names(driver, recorder.take()) == ["ENQUEUE"]
 
 
+@pytest.mark.parametrize("landed_only", [False, True], ids=["jobs", "landed_only"])
 @pytest.mark.parametrize("batch", [1, 10, 100])
 def test_a_claimed_and_settled_job_costs_two_statements_per_batch(
-    counted: tuple[PostgresDriver, Recorder], batch: int
+    counted: tuple[PostgresDriver, Recorder], batch: int, landed_only: bool
 ) -> None:
-    """claim(limit=batch) + ack_many: 2 / batch statements per job, each ack fenced on its token."""
+    """claim(limit=batch) + ack_many (answering jobs, or landed flags as the worker asks):
+    2 / batch statements per job, each ack fenced on its token."""
     driver, recorder = counted
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
     recorder.take()
     settled = 0
     while settled < JOBS:
         claimed = driver.claim(["default"], worker_id="w-budget", limit=batch, lease=60).claimed
-        answers = driver.ack_many([(c.token, None) for c in claimed])
-        assert all(a is not None for a in answers)
+        pairs = [(c.token, None) for c in claimed]
+        if landed_only:
+            assert driver.ack_many(pairs, landed_only=True) == [True] * len(claimed)
+        else:
+            assert all(a is not None for a in driver.ack_many(pairs))
         settled += len(claimed)
     names = _names(driver, recorder.take())
     batches = math.ceil(JOBS / batch)
-    assert names == ["CLAIM", "ACK_MANY"] * batches
+    assert names == ["CLAIM", "ACK_MANY_LANDED" if landed_only else "ACK_MANY"] * batches
     assert len(names) / JOBS == CLAIM_AND_SETTLE_PER_BATCH / batch
     # the fence is inside that one statement: a stale token of the same job settles nothing
     driver.enqueue("budget", None)
