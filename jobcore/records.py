@@ -284,6 +284,29 @@ class Claimed:
     token: ClaimToken
 
 
+_set_token_job_id, _set_token_worker_id, _set_token_claim_no = (
+    ClaimToken.__dict__[field].__set__ for field in ("job_id", "worker_id", "claim_no")
+)
+_set_claimed_job, _set_claimed_token = (Claimed.__dict__[field].__set__ for field in ("job", "token"))
+
+
+def claimed_job(job: Job) -> Claimed:
+    """The :class:`Claimed` of a job a driver just claimed: its token is ``(job.id,
+    job.worker_id, job.claim_no)``.
+
+    For drivers' claim paths, like :func:`stored_job`: attrs' frozen ``__init__`` cost as
+    much as the rest of handing out a claim, and the values are the checked job's own.
+    """
+    token = _new(ClaimToken)
+    _set_token_job_id(token, job.id)
+    _set_token_worker_id(token, job.worker_id)
+    _set_token_claim_no(token, job.claim_no)
+    claimed = _new(Claimed)
+    _set_claimed_job(claimed, job)
+    _set_claimed_token(claimed, token)
+    return claimed
+
+
 @attrs.frozen(kw_only=True)
 class ClaimResult:
     """What one ``claim`` call answers.

@@ -6,8 +6,9 @@ import inspect
 from datetime import datetime, timezone
 
 import attrs
+import pytest
 
-from jobcore.records import Job, JobError, JobState, stored_job
+from jobcore.records import Claimed, ClaimToken, Job, JobError, JobState, claimed_job, stored_job
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=timezone.utc)
 
@@ -47,3 +48,18 @@ def test_stored_job_builds_the_same_job_as_the_checked_constructor() -> None:
     assert attrs.asdict(fast, recurse=False) == attrs.asdict(checked, recurse=False)
     assert fast.duplicate is True
     assert hash(fast.token) == hash(checked.token)
+
+
+def test_claimed_job_builds_the_same_claim_as_the_checked_constructors() -> None:
+    """claimed_job(job) is Claimed(job, its token), frozen and hashable like the real thing."""
+    job = stored_job(
+        "9", "send", "default", {"n": 1}, JobState.RUNNING, 0, 1, 5, NOW, NOW, NOW, None, "w-1", 3, NOW, None, None,
+        None, (), False,
+    )
+    fast = claimed_job(job)
+    checked = Claimed(job=job, token=ClaimToken(job_id="9", worker_id="w-1", claim_no=3))
+    assert fast == checked
+    assert hash(fast.token) == hash(checked.token)
+    assert fast.token == job.token
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.token.claim_no = 4  # type: ignore[misc]

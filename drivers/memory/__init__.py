@@ -53,6 +53,7 @@ from jobcore.records import (
     RescueResult,
     RetentionPolicy,
     Stats,
+    claimed_job,
     stored_job,
 )
 
@@ -270,7 +271,7 @@ class MemoryDriver:
         row.attempted_at = now
         row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
-        return Claimed(job=row.job(), token=ClaimToken(job_id=str(row.seq), worker_id=worker, claim_no=row.claim_no))
+        return claimed_job(row.job())
 
     def _wake(self, queues: Iterable[str]) -> None:
         """Tell subscribers of ``queues`` (call without the lock held)."""

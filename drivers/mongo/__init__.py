@@ -69,7 +69,7 @@ from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis, utc
 from jobcore.driver import Duration
 from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job
 
 from . import _docs as d
 from ._errors import translated
@@ -608,8 +608,7 @@ def _take_stages(worker: str, now: datetime, expires: datetime) -> list[Doc]:
 
 
 def _claimed(doc: Doc) -> Claimed:
-    job = d.to_job(doc)
-    return Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=doc["worker_id"], claim_no=doc["claim_no"]))
+    return claimed_job(d.to_job(doc))
 
 
 def _fence(token: ClaimToken) -> Doc | None:

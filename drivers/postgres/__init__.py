@@ -42,7 +42,7 @@ from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
 from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, stored_job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job, stored_job
 
 from . import _schema
 from ._errors import translate, translated
@@ -448,8 +448,7 @@ class PostgresDriver:
         for row in rows:
             job = job_from_row(row[2:])
             if row[0] == 0:
-                token = ClaimToken(job_id=job.id, worker_id=worker, claim_no=job.claim_no)
-                claimed.append(Claimed(job=job, token=token))
+                claimed.append(claimed_job(job))
             else:
                 buried.append(job)
         return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
