@@ -10,7 +10,7 @@ from jobcore.parity._support import LEASE, claim_one, refused
 
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver, LandedAcks
-from jobcore.records import ClaimToken, JobError, JobSpec, JobState
+from jobcore.records import Claimed, ClaimToken, Job, JobError, JobSpec, JobState
 
 
 class PaymentDeclined(Exception):
@@ -382,16 +382,26 @@ def test_S06_transition_that_did_not_land_answers_none(driver: JobDriver) -> Non
 # --- S07 ------------------------------------------------------------------------------
 
 
-def test_S07_ack_many_mixed_tokens_in_input_order(driver: JobDriver, clock: ManualClock) -> None:
-    """Each item is fenced on its own token; answers follow input order, stale ones None."""
+def _four_claims_one_reclaimed(driver: JobDriver, clock: ManualClock) -> tuple[list[Job], list[Claimed], Claimed]:
+    """Four jobs claimed by w1; the leases of jobs 0 and 3 lapse and w2 reclaims job 0.
+
+    Answers ``(jobs, w1's claims, w2's claim)``: w1's token of job 0 is stale, its token of
+    job 3 lapsed but still current (nobody reclaimed it), those of jobs 1 and 2 renewed.
+    """
     jobs = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(4)])
-    first = driver.claim(["default"], worker_id="w1", limit=4, lease=10).claimed
+    first = list(driver.claim(["default"], worker_id="w1", limit=4, lease=10).claimed)
     clock.advance(seconds=5)
     for c in first[1:3]:
         assert driver.heartbeat(c.token, 60)
     clock.advance(seconds=5)
-    stolen = claim_one(driver, worker="w2")  # jobs[0] and jobs[3] lapsed; the reclaim takes jobs[0]
+    stolen = claim_one(driver, worker="w2")
     assert stolen.job.id == jobs[0].id
+    return jobs, first, stolen
+
+
+def test_S07_ack_many_mixed_tokens_in_input_order(driver: JobDriver, clock: ManualClock) -> None:
+    """Each item is fenced on its own token; answers follow input order, stale ones None."""
+    jobs, first, stolen = _four_claims_one_reclaimed(driver, clock)
     items = [
         (first[2].token, "r2"),
         (first[0].token, "stale"),
@@ -461,14 +471,7 @@ def _lean(driver: JobDriver) -> LandedAcks:
 @pytest.mark.requires("ack_landed_only")
 def test_S07_landed_only_flags_in_input_order(driver: JobDriver, clock: ManualClock) -> None:
     """landed_only=True fences each item as a plain ack_many does and answers True/False in input order."""
-    jobs = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(4)])
-    first = driver.claim(["default"], worker_id="w1", limit=4, lease=10).claimed
-    clock.advance(seconds=5)
-    for c in first[1:3]:
-        assert driver.heartbeat(c.token, 60)
-    clock.advance(seconds=5)
-    stolen = claim_one(driver, worker="w2")  # jobs[0] and jobs[3] lapsed; the reclaim takes jobs[0]
-    assert stolen.job.id == jobs[0].id
+    jobs, first, _ = _four_claims_one_reclaimed(driver, clock)
     items = [(first[2].token, "r2"), (first[0].token, "stale"), (first[3].token, "r3"), (first[1].token, None)]
     assert _lean(driver).ack_many(items, landed_only=True) == [True, False, True, True]
     stored = [driver.introspect.get(j.id) for j in jobs]
