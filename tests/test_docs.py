@@ -33,9 +33,9 @@ def test_error_code_table_has_one_row_per_code_with_its_fix() -> None:
 
 
 def test_cli_reference_blocks_match_the_parser_and_exit_codes() -> None:
-    """docs/cli.md's exit-status table and command help are what the generator makes now."""
+    """docs/cli.md's exit-status table and command help are what the generator makes now (up to wrapping)."""
     current = gen_docs.CLI_PAGE.read_text(encoding="utf-8")
-    assert gen_docs.cli_page(current) == current
+    assert gen_docs.same_text(gen_docs.cli_page(current), current)
 
 
 def test_generator_check_mode_reports_current_pages() -> None:
@@ -44,3 +44,11 @@ def test_generator_check_mode_reports_current_pages() -> None:
         [sys.executable, "tools/gen_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_check_ignores_rewrapping_but_not_a_changed_word() -> None:
+    """Python versions wrap argparse usage lines differently; a changed option is still stale."""
+    wrapped_311 = "[--limit LIMIT]\n                  [--after CURSOR | --before CURSOR]"
+    wrapped_313 = "[--limit LIMIT] [--after CURSOR |\n                  --before CURSOR]"
+    assert gen_docs.same_text(wrapped_311, wrapped_313)
+    assert not gen_docs.same_text(wrapped_311, wrapped_311.replace("--before", "--until"))
