@@ -9,7 +9,10 @@ Conventions for every method:
 
 * Durations are ``timedelta`` or seconds as a number; times are aware datetimes. Times
   a driver answers are UTC, truncated to the millisecond.
-* "Now" is always ``driver.clock.now()``; no driver reads the wall clock directly.
+* "Now" is the store's clock (F01): every due time, lease, reclaim, rescue, slot and
+  schedule is decided on it, never on the client's wall clock. A driver built with an
+  injected ``clock`` (tests) decides on that clock instead, which then stands in for
+  the store's; ``driver.clock.now()`` answers the store's time as this process sees it.
 * A refusal raises a coded :class:`~jobcore.errors.InvalidInput` (or the
   :class:`~jobcore.errors.JobStateConflict` named) and writes nothing.
 * A database failure raises a :class:`~jobcore.errors.BackendError` subclass with the
@@ -43,6 +46,7 @@ from jobcore.records import (
 
 __all__ = [
     "CAPABILITIES",
+    "DeferredStart",
     "Duration",
     "Introspector",
     "JobDriver",
@@ -59,6 +63,7 @@ CAPABILITIES = {
     "shared_store": "several processes can share the store (not the in-memory driver)",
     "transactional_enqueue": "enqueue can join the caller's own database transaction",
     "ack_landed_only": "ack_many(items, landed_only=True) answers True/False per item, reading no job back",
+    "deferred_start": "claim(..., start=False) holds jobs unstarted and start(tokens) starts them (F04)",
 }
 """Capabilities a driver may declare in ``capabilities``; scenarios skip by these."""
 
@@ -356,6 +361,52 @@ class LandedAcks(Protocol):
     def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
 
 
+class DeferredStart(Protocol):
+    """Held claims, as a driver declaring the ``deferred_start`` capability offers them (F04).
+
+    ``claim(..., start=False)`` hands jobs out *held*: each is ``running`` under a fresh
+    token and lease exactly as C06 says, except that its attempt has not started:
+    ``attempt`` is not moved. A held job whose lease lapses costs nothing: it is
+    claimable again with ``attempt`` unchanged, no error recorded, never buried (C07,
+    C08, C10 apply to started attempts only). A worker holds jobs this way while they
+    wait for a free slot, and starts each with :meth:`start` immediately before its
+    handler runs, so a worker that dies, stalls or loses a claim's reply never spends an
+    attempt of a job it did not run.
+    """
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str,
+        limit: int = 1,
+        lease: Duration,
+        drop_exhausted: Iterable[str] = (),
+        start: bool = True,
+    ) -> ClaimResult:
+        """:meth:`JobDriver.claim`; with ``start=False`` the claimed jobs are held (see above).
+
+        ``start`` that is not a real bool is refused (``JC_OPTION_INVALID``).
+        """
+        ...
+
+    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        """Start held attempts, one round trip for the batch (F04).
+
+        For each token that is current (the job ``running``, same ``worker_id`` and
+        ``claim_no``; a lapsed lease not yet reclaimed still counts, as for L01): a held
+        job's ``attempt`` moves by one and ``attempted_at`` becomes now, and the answer
+        is ``True``. A token whose attempt already started answers ``True`` and changes
+        nothing, so a retry after a lost reply is safe. A token that is not current
+        answers ``False``. The lease is not moved. Answers in input order; an item that
+        is not a :class:`ClaimToken` refuses the whole batch (``JC_OPTION_INVALID``).
+
+        ``ack``, ``ack_many`` and ``nack`` of a held token first start it, so a held job
+        given back with ``nack(..., counts_as_attempt=False)`` keeps its ``attempt``.
+        """
+        ...
+
+
 @runtime_checkable
 class JobDriver(Protocol):
     """One backend's whole job store. Every implementation keeps every rule of docs/rules.md.
@@ -447,6 +498,10 @@ class JobDriver(Protocol):
         Refused: no queues (``JC_CLAIM_QUEUES_EMPTY``, never "all queues", C04); ``limit``
         not an int in 1..MAX_CLAIM_BATCH (C05); ``lease`` not a positive finite
         duration (C09).
+
+        A driver declaring ``deferred_start`` also takes ``start=False``, handing the jobs
+        out held (see :class:`DeferredStart`). Steps 1 and 2 above concern started
+        attempts; a lapsed held job is claimable again as it was, at no cost (F04).
         """
         ...
 
