@@ -178,6 +178,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--queues", default=None, help="comma-separated queues (default: those the jobs declare)")
     parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
     parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
+    parser.add_argument(
+        "--margin", type=float, default=None,
+        help="safety margin seconds: a handler is called off once lease - margin passed without a renewal, "
+        "and a job is started only with at least a margin of its lease left (default lease/5)",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
     parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
@@ -228,7 +233,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         driver.migrate()
     queues = args.queues or ",".join(sorted(default_registry.queues()))
     worker = Worker(
-        queues, concurrency=args.concurrency, lease=args.lease, driver=driver, poll_interval=args.poll_interval,
+        queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin, driver=driver,
+        poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
         retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
         scheduler=not args.no_scheduler,

@@ -307,6 +307,19 @@ def claimed_job(job: Job) -> Claimed:
     return claimed
 
 
+def started_job(job: Job, attempted_at: datetime | None) -> Job:
+    """``job`` (held by a claim with ``start=False``) as it stands once its attempt started:
+    ``attempt`` moved by one, ``attempted_at`` set (F04). A copy; ``job`` is left alone.
+
+    For the worker's start path, like :func:`stored_job` (``attrs.evolve`` checks every field).
+    """
+    return stored_job(
+        job.id, job.name, job.queue, job.payload, job.state, job.priority, job.attempt + 1, job.max_attempts,
+        job.run_at, job.created_at, attempted_at, job.finished_at, job.worker_id, job.claim_no,
+        job.lease_expires_at, job.key, job.result, job.last_error, job.errors, job.duplicate,
+    )
+
+
 @attrs.frozen(kw_only=True)
 class ClaimResult:
     """What one ``claim`` call answers.

@@ -49,6 +49,10 @@ class JobContext:
     Attributes:
         job: The job as claimed (``running``; ``attempt`` counts this attempt).
         token: The claim token of this attempt.
+        claim_no: This attempt's fencing token: the job's claim counter, which every
+            later claim moves. Fence writes to other systems with it (keep the highest
+            seen per job and refuse a lower one): a handler that lost its lease, even one
+            paused past it, then cannot overwrite the next holder's work.
         cancelled: A ``threading.Event`` set when the attempt is called off: its lease
             was lost (reclaimed, cancelled, not renewed in time), it timed out, or
             the worker abandoned it while shutting down. Nothing the handler does
@@ -65,6 +69,20 @@ class JobContext:
         self.progress_message: str | None = None
         self._timed_out = False
         self.log = log if log is not None else job_logger(_log, job)
+        self.lease_left: Callable[[], float] | None = None
+        """Seconds left before the worker's local deadline for this attempt (set by the worker)."""
+
+    @property
+    def claim_no(self) -> int:
+        """This attempt's fencing token (see the class attributes)."""
+        return self.token.claim_no if self.token is not None else self.job.claim_no
+
+    def time_left(self) -> float | None:
+        """Seconds until this attempt's local deadline (F02), or None outside a worker.
+
+        At zero the attempt is called off: another worker may take the job a margin later.
+        """
+        return None if self.lease_left is None else max(0.0, self.lease_left())
 
     @property
     def cancelled(self) -> threading.Event:
@@ -94,6 +112,9 @@ class JobContext:
 
         Long handlers call this between steps so they stop promptly.
         """
+        if self.lease_left is not None and self.lease_left() <= 0:
+            # The local deadline passed (F02): no need to wait for the keeper to notice.
+            self.cancel("no renewal landed in time: the lease may be lost")
         if self._cancelled is not None and self._cancelled.is_set():
             if self._timed_out:
                 raise JobTimeout(f"job {self.job.id} ({self.job.name}) ran past its timeout", self.reason)

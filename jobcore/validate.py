@@ -215,6 +215,15 @@ def check_token(value: object) -> ClaimToken:
     return value
 
 
+def check_tokens(values: object) -> list[ClaimToken]:
+    """A batch of :class:`ClaimToken` (``start``); any other item refuses the whole batch."""
+    if isinstance(values, str | bytes | ClaimToken) or not isinstance(values, Iterable):
+        raise OptionInvalid(
+            f"tokens must be a list of ClaimToken, got {type(values).__name__}", "pass [claimed.token, ...]"
+        )
+    return [check_token(value) for value in values]
+
+
 def _encodable(text: str) -> bool:
     try:
         text.encode("utf-8")

@@ -8,19 +8,31 @@ One :class:`Worker` runs these threads:
   (C08) and runs ``introspect.rescue()`` periodically (C10);
 * one thread per running **sync handler**, and one event-loop thread shared by the
   **async handlers**;
-* the **keeper**, which renews each in-flight lease every ``lease/3`` and enforces
-  handler timeouts; a lease it cannot keep calls the attempt off (W02);
+* the **keeper**, which makes no store call: it holds each attempt to its local
+  deadline (F02: when the last landed claim or renewal was sent, plus the lease, minus
+  the safety margin, on this host's monotonic clock) and calls the handler off the
+  moment it passes, whatever any store call is doing; it also enforces handler timeouts;
+* the **beater**, which renews each held lease every ``lease/3``; a renewal the store
+  refuses calls the attempt off (W02);
 * the **settler**, which settles finished attempts with their claim token, acks
-  batched through ``ack_many`` (S07), and fires ``on_settled`` (W06);
+  batched through ``ack_many`` (S07), retries a settle the store did not answer (F05),
+  and fires ``on_settled`` (W06);
 * the **pruner** (:mod:`jobcore.retention`), which every ``prune_interval`` deletes
   finished jobs older than ``retention`` while holding the fleet-wide prune lease;
 * the **scheduler** (:mod:`jobcore.scheduler`, on unless ``scheduler=False``), which
   fires the due occurrences of the store's periodic schedules (rules P).
 
-Leases and retry times are read from ``driver.clock``; the cadence of the loops
-(polling, heartbeats, timeouts) is real time. Nothing a handler or the store does
-ends the claim loop (W03): only :meth:`Worker.stop`, :meth:`Worker.request_stop` or
-:meth:`Worker.kill` do.
+Jobs are claimed *held* where the driver offers it (``deferred_start``, F04): a job
+waiting in this worker's backlog has not started, so a worker that dies, stalls or
+never gets a claim's reply spends no attempt of it. Each attempt is started in the
+store (``driver.start``, batched across runners) right before its handler runs, and
+only while its local deadline is at least a margin ahead (F03).
+
+Retry times are computed on ``driver.clock`` (the store's time); local deadlines on the
+clock's ``monotonic()`` (a ``ManualClock`` in tests moves both); the cadence of the
+loops (polling, heartbeats, handler timeouts) is real time. Nothing a handler or the
+store does ends the claim loop (W03, F06): only :meth:`Worker.stop`,
+:meth:`Worker.request_stop` or :meth:`Worker.kill` do.
 """
 
 from __future__ import annotations
@@ -28,7 +40,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
 import inspect
+import itertools
 import logging
 import os
 import queue as queue_mod
@@ -39,17 +53,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from jobcore import events
 from jobcore import validate as v
 from jobcore.backoff import DEFAULT_BACKOFF
-from jobcore.clock import to_millis
+from jobcore.clock import monotonic_of, to_millis
 from jobcore.current import get_job_driver
-from jobcore.driver import Duration, JobDriver, LandedAcks, Subscription
-from jobcore.errors import JobNotRegistered, JobTimeout, PayloadInvalid
-from jobcore.records import Claimed, Job, JobState, RetentionPolicy
+from jobcore.driver import DeferredStart, Duration, JobDriver, LandedAcks, Subscription
+from jobcore.errors import ConfigurationError, InvalidInput, JobNotRegistered, JobTimeout, OptionInvalid, PayloadInvalid
+from jobcore.records import Claimed, ClaimToken, Job, JobState, RetentionPolicy, started_job
 from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL, Pruner
 from jobcore.scheduler import Scheduler
@@ -73,6 +87,14 @@ SETTLE_BATCH = 500
 
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
+
+RETRY_FIRST, RETRY_CAP = 0.05, 1.0
+"""Seconds before the first retry of a call the store did not answer (a claim, a start, a
+settle), doubling up to the cap: so a worker claims again within about a second of the
+store's return (F06)."""
+
+LOG_REPEAT = 30.0
+"""Seconds between two log records of the same failing call (the first is logged at once)."""
 
 DEFAULT_RETENTION = RetentionPolicy()
 """The policy workers prune by unless told otherwise (``retention=None`` turns pruning off)."""
@@ -155,27 +177,35 @@ def _seconds(value: Duration, name: str) -> float:
 class _Attempt:
     """One claimed job while this worker holds it. Status changes under the worker's lock.
 
-    Status: ``running`` (handler busy, holds a slot) -> ``finishing`` (outcome queued for
-    the settler) or ``timed_out``; any of those -> ``lost`` (lease gone, nothing
+    Status: ``queued`` (claimed, waiting in the backlog; held where the driver offers it)
+    -> ``starting`` (a slot reserved, its start on its way to the store) -> ``running``
+    (handler busy, holds a slot) -> ``finishing`` (outcome queued for the settler) or
+    ``timed_out`` -> ``settling``; any of those -> ``lost`` (lease gone, nothing
     recorded) or ``abandoned`` (shutdown/kill); the settler removes it when done.
     """
 
     __slots__ = (
-        "claimed", "ctx", "deadline", "handle", "job", "lease_until", "log", "next_beat", "slot_holder", "slot_key",
-        "started_at", "status", "task",
+        "claimed", "ctx", "deadline", "handle", "held", "job", "log", "next_beat", "renewed_at", "slot_holder",
+        "slot_key", "started_at", "status", "task",
     )
 
-    def __init__(self, claimed: Claimed, handle: JobHandle | None, ctx: JobContext, log: logging.LoggerAdapter[Any]):
+    def __init__(
+        self, claimed: Claimed, handle: JobHandle | None, ctx: JobContext, log: logging.LoggerAdapter[Any], *,
+        renewed_at: float, held: bool,
+    ):
         self.claimed = claimed
         self.job: Job = claimed.job
         self.handle = handle
         self.ctx = ctx
         self.log = log
         self.status = "running"
-        self.lease_until: datetime = claimed.job.lease_expires_at or claimed.job.attempted_at or claimed.job.run_at
+        self.renewed_at = renewed_at
+        """Local (monotonic) time the last claim or renewal that landed was sent (F02)."""
+        self.held = held
+        """Claimed with ``start=False`` and not started in the store yet (F04)."""
         self.next_beat = 0.0
         self.started_at = time.monotonic()  # real time, for the attempt-duration event field
-        self.deadline: float | None = None
+        self.deadline: float | None = None  # the handler timeout's, in real time
         self.slot_key: str | None = None
         self.slot_holder = ""
         self.task: asyncio.Task[Any] | None = None
@@ -193,10 +223,26 @@ def _takes_landed_only(driver: JobDriver) -> bool:
     return any(p.name == "landed_only" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-class _Settle:
-    """One settle for the settler: an ack with ``result`` or a nack with ``error`` and options."""
+def _takes_start(driver: JobDriver) -> bool:
+    """Whether to claim held and start in the store (F04): the driver declares
+    ``deferred_start`` and offers ``start`` (a wrapper may pass ``capabilities`` through)."""
+    return "deferred_start" in driver.capabilities and callable(getattr(driver, "start", None))
 
-    __slots__ = ("attempt", "error", "kind", "options", "result")
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed store call may succeed when tried again (not a refusal of its input)."""
+    return not isinstance(exc, InvalidInput | ConfigurationError)
+
+
+class _Settle:
+    """One settle for the settler: an ack with ``result`` or a nack with ``error`` and options.
+
+    ``tries`` counts the calls that failed without an answer; after one, a settle that
+    answers "did not land" may have landed on an earlier try (its reply was lost), so
+    the settler looks the job up before calling it lost (F05).
+    """
+
+    __slots__ = ("attempt", "error", "kind", "options", "result", "tries")
 
     def __init__(
         self, attempt: _Attempt, kind: str, *, result: Any = None, error: BaseException | None = None,
@@ -204,9 +250,68 @@ class _Settle:
     ) -> None:
         self.attempt, self.kind, self.result, self.error = attempt, kind, result, error
         self.options = options or {}
+        self.tries = 0
+
+    def landed_earlier(self, job: Job | None) -> bool:
+        """Whether ``job`` (read after a retry answered "did not land") shows this settle landed before."""
+        token = self.attempt.claimed.token
+        if job is None or job.claim_no != token.claim_no or job.state is JobState.RUNNING:
+            return False
+        if self.kind == "ack":
+            return job.state is JobState.DONE
+        sent = v.error_entry(self.error or "failed")
+        last = job.last_error
+        return last is not None and (last.type, last.message) == sent
 
 
-_STOP = object()
+class _Starter:
+    """Starts held attempts in the store, many runners' in one ``driver.start`` call (F04).
+
+    Flat combining: a runner that finds no call in flight sends one for every start
+    waiting (its own and those queued meanwhile); the others wait for its answer. So a
+    start costs one round trip per batch, and no thread is added.
+    """
+
+    def __init__(self, start: Callable[[list[ClaimToken]], list[bool]]) -> None:
+        self._start = start
+        self._cond = threading.Condition()
+        self._waiting: list[list[Any]] = []  # [token, answer, error, done]
+        self._sending = False
+
+    def start(self, tokens: list[ClaimToken]) -> list[bool | BaseException]:
+        """Each token's answer: True (started), False (not current), or the exception of the call."""
+        mine = [[token, False, None, False] for token in tokens]
+        with self._cond:
+            self._waiting.extend(mine)
+            while not all(entry[3] for entry in mine):
+                if self._sending:
+                    self._cond.wait()
+                    continue
+                batch, self._waiting = self._waiting, []
+                self._sending = True
+                self._cond.release()
+                try:
+                    try:
+                        answers: list[bool] | None = self._start([entry[0] for entry in batch])
+                        error: BaseException | None = None
+                    except Exception as exc:
+                        answers, error = None, exc
+                    for index, entry in enumerate(batch):
+                        entry[1] = bool(answers[index]) if answers is not None else False
+                        entry[2] = error
+                        entry[3] = True
+                finally:
+                    self._cond.acquire()
+                    self._sending = False
+                    self._cond.notify_all()
+        return [cast("BaseException", entry[2]) if entry[2] is not None else bool(entry[1]) for entry in mine]
+
+
+class _Stop:
+    """Tells the settler to finish: retries end at ``at`` (monotonic), the drain's end."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
 
 
 class Worker:
@@ -217,6 +322,12 @@ class Worker:
         concurrency: Handlers running at once in this worker.
         lease: How long a claim holds a job without renewal (seconds or timedelta);
             renewed every ``lease/3``.
+        margin: The safety margin (seconds or timedelta, default ``lease/5``, smaller
+            than ``lease``). A handler is called off once ``lease - margin`` has passed
+            on this host's monotonic clock since the last renewal that landed was sent
+            (F02), and a claimed job is started only while at least ``margin`` of that
+            is left (F03). It is the time a called-off handler has to stop before
+            another worker may take its job.
         driver: The store (default: the process-wide one, read at start).
         registry: Where handlers are looked up (default: ``@job``'s default registry).
         poll_interval: Seconds between claims when idle and no wake-up arrives.
@@ -243,6 +354,7 @@ class Worker:
         *,
         concurrency: int = 4,
         lease: Duration = 30.0,
+        margin: Duration | None = None,
         driver: JobDriver | None = None,
         registry: Registry | None = None,
         poll_interval: float = 1.0,
@@ -261,6 +373,14 @@ class Worker:
         self.queues = tuple(q for q in names if q)
         self.concurrency = v.check_int(concurrency, "concurrency", 1, v.MAX_CLAIM_BATCH)
         self.lease = v.check_lease(lease)
+        self.margin = self.lease / 5 if margin is None else v.check_lease(margin, "margin")
+        if self.margin >= self.lease:
+            raise OptionInvalid(
+                f"margin={self.margin} is not smaller than lease={self.lease}",
+                "pass a margin smaller than the lease (default lease/5)",
+            )
+        self._lease_s = self.lease.total_seconds()
+        self._margin_s = self.margin.total_seconds()
         self._driver = driver
         self.registry = registry if registry is not None else default_registry
         self.poll_interval = _seconds(poll_interval, "poll_interval")
@@ -304,6 +424,10 @@ class Worker:
         self._claim_rtt = 0.0  # seconds per claim round trip (moving average)
         self._run_time: float | None = None  # seconds per handler run (moving average)
         self._lean_acks: bool | None = None  # ack landed_only? (decided on the first ack batch)
+        self._timer: Callable[[], float] = time.monotonic  # local deadlines (F02); set from the driver at start
+        self._starter: _Starter | None = None  # set at start when the driver holds claims (F04)
+        self._beater_wake = threading.Event()
+        self._failing: dict[str, float] = {}  # call -> when its failure was last logged
         self._idle_runners = 0
         self._runners_closed = False
         self._drain_override: float | None = None
@@ -421,7 +545,13 @@ class Worker:
         if not self.queues:
             v.check_claim(self.queues, self.worker_id, 1, self.lease, ())  # raises JC_CLAIM_QUEUES_EMPTY
         driver = self.driver
-        for target, name in ((self._keeper, "keeper"), (self._settler, "settler")):
+        self._timer = monotonic_of(driver.clock)
+        capabilities = self._retrying("reading the store's capabilities", lambda: driver.capabilities)
+        if capabilities is None:  # stopped before the store answered
+            return
+        if _takes_start(driver):
+            self._starter = _Starter(cast(DeferredStart, driver).start)
+        for target, name in ((self._keeper, "keeper"), (self._beater, "beater"), (self._settler, "settler")):
             thread = threading.Thread(target=target, name=f"jobcore-{name}-{self.worker_id}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -429,7 +559,7 @@ class Worker:
             self._pruner = Pruner(
                 driver, holder=self.worker_id, policy=self.retention, interval=self.prune_interval
             ).start()
-        if "notify" in driver.capabilities:
+        if "notify" in capabilities:
             try:
                 self._subscription = driver.subscribe(self.queues, self._on_notify)
             except Exception:
@@ -444,8 +574,44 @@ class Worker:
     def _on_notify(self, _queue: str) -> None:
         self._wake.set()
 
+    def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()``, tried again after failures (backing off up to RETRY_CAP) until it
+        answers or the worker stops (then None)."""
+        delay = RETRY_FIRST
+        while True:
+            try:
+                answer = call()
+            except Exception:
+                self._log_failure(what)
+                if self._stopping.wait(delay * self._rng.uniform(0.8, 1.2)):
+                    return None
+                delay = min(RETRY_CAP, delay * 2)
+                continue
+            self._recovered(what)
+            return answer
+
+    def _log_failure(self, what: str, log: logging.LoggerAdapter[Any] | None = None) -> None:
+        """Log a failed store call with its traceback: at once, then once per LOG_REPEAT while it keeps failing."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._failing.get(what)
+            if last is not None and now - last < LOG_REPEAT:
+                return
+            self._failing[what] = now
+        (log or self.log).warning(
+            "%s failed%s; retrying", what, "" if last is None else " again", exc_info=True,
+        )
+
+    def _recovered(self, what: str) -> None:
+        if what in self._failing:  # unlocked read first: this runs once per call
+            with self._lock:
+                if self._failing.pop(what, None) is not None:
+                    self.log.warning("%s works again", what)
+
     def _claim_loop(self) -> None:
         next_rescue = time.monotonic() if self.rescue_interval is not None else None
+        failures = 0
+        held = self._starter is not None
         while not self._stopping.is_set():
             if next_rescue is not None and time.monotonic() >= next_rescue:
                 assert self.rescue_interval is not None
@@ -461,23 +627,30 @@ class Worker:
             if self._stopping.is_set():
                 break
             try:
-                sent = time.monotonic()
+                sent, local = time.monotonic(), self._timer()
+                options: dict[str, Any] = {"start": False} if held else {}
                 result = self.driver.claim(
                     self.queues, worker_id=self.worker_id, limit=min(room, v.MAX_CLAIM_BATCH), lease=self.lease,
-                    drop_exhausted=self.registry.drop_exhausted(),
+                    drop_exhausted=self.registry.drop_exhausted(), **options,
                 )
                 self._claim_rtt += (time.monotonic() - sent - self._claim_rtt) / 8
             except Exception:
-                self.log.exception("claim failed; retrying in %ss", self.poll_interval)
-                self._stopping.wait(self.poll_interval)
+                # F06: try again soon (within RETRY_CAP of the store's return), log sparingly.
+                self._log_failure("claim")
+                delay = min(self.poll_interval, RETRY_CAP, RETRY_FIRST * 2**failures)
+                failures += 1
+                self._stopping.wait(delay * self._rng.uniform(0.8, 1.2))
                 continue
+            if failures:
+                failures = 0
+                self._recovered("claim")
             for job in result.buried:
                 self._announce_buried(job)
             if result.claimed:
                 self._count("claimed", len(result.claimed))
             for claimed in result.claimed:
                 try:
-                    self._launch(claimed)
+                    self._launch(claimed, local, held)
                 except Exception:  # W03: one job's trouble never ends the loop; its lease lapses
                     job_logger(logger, claimed.job).exception("could not start job %s", claimed.job.id)
             self._pump()
@@ -496,24 +669,28 @@ class Worker:
         return min(self.prefetch, int(wanted))
 
     def _pump(self) -> None:
-        """Start claimed jobs waiting in the backlog while slots are free."""
+        """Start claimed jobs waiting in the backlog while slots are free, their store starts in one call."""
         while True:
-            attempt = self._reserve()
-            if attempt is None:
+            reserved = self._reserve(self.concurrency)
+            if not reserved:
                 return
-            if self._start(attempt):
+            for attempt in self._start(reserved):
                 self._dispatch(attempt)
 
-    def _reserve(self) -> _Attempt | None:
-        """Take the next waiting attempt and a slot for it (status ``starting``), or None."""
+    def _reserve(self, most: int = 1) -> list[_Attempt]:
+        """Take up to ``most`` waiting attempts and a slot for each (status ``starting``)."""
+        taken: list[_Attempt] = []
         with self._lock:
-            while self._backlog and self._busy < self.concurrency and not self._stopping.is_set():
+            while (
+                len(taken) < most and self._backlog and self._busy < self.concurrency
+                and not self._stopping.is_set()
+            ):
                 attempt = self._backlog.popleft()
                 if attempt.status == "queued":  # not lost while it waited
                     attempt.status = "starting"
                     self._busy += 1
-                    return attempt
-            return None
+                    taken.append(attempt)
+        return taken
 
     def _rescue(self) -> None:
         try:
@@ -542,7 +719,7 @@ class Worker:
 
     # -- running handlers ------------------------------------------------------------
 
-    def _launch(self, claimed: Claimed) -> None:
+    def _launch(self, claimed: Claimed, renewed_at: float, held: bool) -> None:
         job = claimed.job
         log = job_logger(logger, job)
         try:
@@ -551,7 +728,8 @@ class Worker:
             handle = None
             log.error("job %s: %s", job.id, exc.cause)  # noqa: TRY400 - the traceback says nothing more
         ctx = JobContext(job, claimed.token, log=log)
-        attempt = _Attempt(claimed, handle, ctx, log)
+        attempt = _Attempt(claimed, handle, ctx, log, renewed_at=renewed_at, held=held)
+        ctx.lease_left = lambda: self._deadline(attempt) - self._timer()
         attempt.next_beat = time.monotonic() + self.heartbeat_interval
         if handle is not None:
             attempt.status = "queued"  # leased and heartbeated while it waits for a slot
@@ -569,7 +747,7 @@ class Worker:
             self._lose(stale, "its lease lapsed and the job was claimed again")
         if handle is None:
             error = JobNotRegistered(f"no handler is registered for job {job.name!r} in worker {self.worker_id}")
-            self._queue_nack(attempt, error, retry_policy(None, job, error, self.driver.clock.now(), self._rng))
+            self._queue_nack(attempt, error, self._retry_options(None, job, error))
             return
         with self._lock:
             if self._killed:
@@ -577,15 +755,86 @@ class Worker:
             self._active[job.id] = attempt
             self._backlog.append(attempt)
 
-    def _start(self, attempt: _Attempt) -> bool:
-        """Start a reserved attempt: its fleet slot, its timeout, the started event.
+    def _deadline(self, attempt: _Attempt) -> float:
+        """The attempt's local deadline (F02): last landed renewal sent + lease - margin."""
+        return attempt.renewed_at + self._lease_s - self._margin_s
 
-        Answers False when it must not run (no fleet slot, lost or killed meanwhile).
+    def _fresh(self, attempt: _Attempt) -> bool:
+        """Whether a reserved attempt may start (F03): its local deadline at least a margin
+        ahead. If not, it is given back (where the store answers; else it lapses, at no
+        cost while held)."""
+        if self._timer() + self._margin_s <= self._deadline(attempt):
+            return True
+        error = _error_type("StaleClaim")(
+            f"not started: less than the {self._margin_s:g}s margin was left of its lease in worker {self.worker_id}"
+        )
+        self._unstart(attempt, error, {"counts_as_attempt": False})
+        return False
+
+    def _start(self, reserved: list[_Attempt]) -> list[_Attempt]:
+        """Start reserved attempts: each only while fresh (F03), with its fleet slot, its
+        start recorded in the store first where it was claimed held (F04), its timeout and
+        the started event. Answers the sync ones, for runners; async ones are scheduled.
         """
+        ready: list[_Attempt] = []
+        held: list[_Attempt] = []
+        for attempt in reserved:
+            assert attempt.handle is not None
+            if self._fresh(attempt) and self._take_slot(attempt, attempt.handle):
+                (held if attempt.held else ready).append(attempt)
+        if held:
+            ready += self._begin(held)
+        return [attempt for attempt in ready if self._run_started(attempt)]
+
+    def _begin(self, held: list[_Attempt]) -> list[_Attempt]:
+        """Record the start of held attempts in the store (F04), retrying a call the store
+        did not answer while the attempts stay fresh; answers those that may run."""
+        assert self._starter is not None
+        started: list[_Attempt] = []
+        pending = held
+        delay = RETRY_FIRST
+        while pending:
+            answers = self._starter.start([attempt.claimed.token for attempt in pending])
+            retry: list[_Attempt] = []
+            stamp: datetime | None = None
+            for attempt, answer in zip(pending, answers, strict=True):
+                if answer is True:
+                    if stamp is None:
+                        stamp = self._store_now()
+                    attempt.job = attempt.ctx.job = started_job(attempt.job, stamp)
+                    attempt.held = False
+                    if self._fresh(attempt):  # the call may have taken long: give it back if now stale
+                        started.append(attempt)
+                elif answer is False:
+                    self._lose(attempt, "its lease was lost before it started")
+                elif self._fresh(attempt):
+                    retry.append(attempt)
+            if retry:
+                self._log_failure("starting claimed jobs in the store")
+                if self._stopping.wait(delay * self._rng.uniform(0.8, 1.2)):
+                    for attempt in retry:
+                        self._unstart(attempt, _error_type("WorkerStopping")("given back unstarted"), {
+                            "counts_as_attempt": False,
+                        })
+                    break
+                delay = min(RETRY_CAP, delay * 2)
+            elif pending is not held:
+                self._recovered("starting claimed jobs in the store")
+            pending = retry
+        return started
+
+    def _store_now(self) -> datetime | None:
+        """The store's time as the driver's clock tells it, or None when it cannot be had."""
+        try:
+            return to_millis(self.driver.clock.now())
+        except Exception:
+            return None
+
+    def _run_started(self, attempt: _Attempt) -> bool:
+        """Mark a started attempt running: its timeout, the started event; schedule an async
+        handler. Answers whether a runner thread should run it (sync and not lost meanwhile)."""
         handle = attempt.handle
         assert handle is not None
-        if not self._take_slot(attempt, handle):
-            return False
         job = attempt.job
         with self._lock:
             if attempt.status != "starting" or self._killed:  # lost while taking its fleet slot
@@ -612,13 +861,14 @@ class Worker:
         return True
 
     def _unstart(self, attempt: _Attempt, error: BaseException, options: dict[str, Any]) -> None:
-        """A reserved attempt cannot start: free its slot and queue its nack."""
+        """A reserved attempt cannot start: free its slots and queue its nack."""
         with self._cond:
             if attempt.status != "starting":  # lost meanwhile: that released the slot
                 return
             attempt.status = "finishing"
             self._busy -= 1
             self._cond.notify_all()
+        self._release_slot(attempt)
         self._settles.put(_Settle(attempt, "nack", error=error, options=options))
 
     def _dispatch(self, attempt: _Attempt) -> None:
@@ -652,11 +902,12 @@ class Worker:
     def _next_inline(self) -> _Attempt | None:
         """The next backlog attempt this runner thread should run, started; None when none."""
         while True:
-            attempt = self._reserve()
-            if attempt is None:
+            reserved = self._reserve()
+            if not reserved:
                 return None
-            if self._start(attempt):
-                return attempt
+            runnable = self._start(reserved)
+            if runnable:
+                return runnable[0]
 
     def _take_slot(self, attempt: _Attempt, handle: JobHandle) -> bool:
         """Take the job's fleet concurrency slot; when full, give the attempt back for later."""
@@ -682,10 +933,11 @@ class Worker:
         self._count("deferred", 1)
         attempt.log.debug("job %s deferred: %s is at its limit of %d", attempt.job.id, key, handle.concurrency)
         error = _error_type("ConcurrencyLimited")(f"{key} already runs {handle.concurrency} at once")
-        self._unstart(
-            attempt, error,
-            {"retry_at": to_millis(self.driver.clock.now() + delay), "counts_as_attempt": False},
-        )
+        now = self._store_now()
+        options: dict[str, Any] = {"counts_as_attempt": False}
+        if now is not None:
+            options["retry_at"] = to_millis(now + delay)
+        self._unstart(attempt, error, options)
         return False
 
     def _run_sync(self, attempt: _Attempt) -> None:
@@ -768,7 +1020,7 @@ class Worker:
             "job %s (%s) attempt %d failed: %s", job.id, job.name, job.attempt, type(raised).__name__,
             exc_info=(type(raised), raised, raised.__traceback__),
         )
-        options = retry_policy(attempt.handle, job, raised, self.driver.clock.now(), self._rng)
+        options = self._retry_options(attempt.handle, job, raised)
         self._queue_nack(attempt, handler_error(raised), options, queued=True)
 
     def _queue_nack(
@@ -787,17 +1039,31 @@ class Worker:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(task.cancel)
 
-    # -- the keeper: heartbeats and timeouts -----------------------------------------
+    # -- the keeper: local deadlines and timeouts; the beater: renewals ---------------
 
     def _keeper(self) -> None:
+        """Hold every attempt to its local deadline (F02) and its handler timeout.
+
+        It never calls the store, so a store call that hangs cannot delay a call-off.
+        """
+        cap = min(1.0, self.heartbeat_interval, self._margin_s / 2)
         while not self._keeper_stop:
             with self._lock:
                 attempts = list(self._active.values())
-            now = time.monotonic()
-            next_wake = now + min(1.0, self.heartbeat_interval)
+            now, local = time.monotonic(), self._timer()
+            wait = cap
             for attempt in attempts:
                 if self._killed:
                     return
+                if attempt.status in ("queued", "starting", "running"):
+                    left = self._deadline(attempt) - local
+                    if left <= 0:
+                        self._lose(
+                            attempt, f"no renewal landed within lease - margin ({self._lease_s - self._margin_s:g}s)",
+                            give_back=attempt.status == "queued",
+                        )
+                        continue
+                    wait = min(wait, left)
                 if attempt.status == "running" and attempt.deadline is not None:
                     if now >= attempt.deadline:
                         try:
@@ -805,36 +1071,50 @@ class Worker:
                         except Exception:
                             attempt.log.exception("timing out job %s failed", attempt.job.id)
                     else:
-                        next_wake = min(next_wake, attempt.deadline)
-                if attempt.status in ("queued", "starting", "running", "finishing", "timed_out"):
-                    if now >= attempt.next_beat:
+                        wait = min(wait, attempt.deadline - now)
+            self._keeper_wake.wait(max(0.0, wait))
+            self._keeper_wake.clear()
+
+    def _beater(self) -> None:
+        """Renew every lease this worker holds, each every ``heartbeat_interval`` (W01)."""
+        while not self._keeper_stop:
+            with self._lock:
+                attempts = list(self._active.values())
+            next_wake = time.monotonic() + min(1.0, self.heartbeat_interval)
+            for attempt in attempts:
+                if self._killed or self._keeper_stop:
+                    return
+                if attempt.status in ("queued", "starting", "running", "finishing", "timed_out", "settling"):
+                    if time.monotonic() >= attempt.next_beat:
                         try:
                             self._beat(attempt)
                         except Exception:  # a bug here must not stop every other heartbeat
                             attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
-                        attempt.next_beat = time.monotonic() + self.heartbeat_interval
+                            attempt.next_beat = time.monotonic() + self.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
-            self._keeper_wake.wait(max(0.0, next_wake - time.monotonic()))
-            self._keeper_wake.clear()
+            self._beater_wake.wait(max(0.0, next_wake - time.monotonic()))
+            self._beater_wake.clear()
 
     def _beat(self, attempt: _Attempt) -> None:
         driver = self.driver
-        before = to_millis(driver.clock.now())
+        sent = self._timer()
         try:
             kept = driver.heartbeat(attempt.claimed.token, self.lease)
         except Exception:
-            attempt.log.warning("heartbeat for job %s failed", attempt.job.id, exc_info=True)
-            if to_millis(driver.clock.now()) >= attempt.lease_until:
-                self._lose(attempt, "no renewal landed for a whole lease window")
+            # The keeper calls the handler off if no renewal lands in time (F02); try again soon.
+            self._log_failure("heartbeat", attempt.log)
+            attempt.next_beat = time.monotonic() + min(self.heartbeat_interval, RETRY_CAP)
             return
+        self._recovered("heartbeat")
+        attempt.next_beat = time.monotonic() + self.heartbeat_interval
         if not kept:
-            if attempt.status == "finishing":
+            if attempt.status in ("finishing", "timed_out", "settling"):
                 # Its settle is in flight and may have just landed (a settled token no
                 # longer heartbeats); the settle's own answer says whether it was lost.
                 return
             self._lose(attempt, "its lease was lost (reclaimed, cancelled or removed)")
             return
-        attempt.lease_until = before + self.lease
+        attempt.renewed_at = max(attempt.renewed_at, sent)
         if attempt.slot_key is not None:
             try:
                 if not driver.leases.renew(attempt.slot_key, attempt.slot_holder, self.lease):
@@ -845,16 +1125,26 @@ class Worker:
             except Exception:
                 attempt.log.warning("could not renew concurrency slot %s", attempt.slot_key, exc_info=True)
 
-    def _lose(self, attempt: _Attempt, reason: str) -> None:
-        """The lease is gone: call the handler off and record nothing of this attempt (W02)."""
+    def _lose(self, attempt: _Attempt, reason: str, *, give_back: bool = False) -> None:
+        """The lease is gone (or may be): call the handler off and record nothing of this
+        attempt (W02, F02). ``give_back``: the attempt never started, and the store may
+        still take it back at once, at no cost (F03); else it lapses."""
         with self._cond:
             if attempt.status not in ("queued", "starting", "running", "finishing", "timed_out"):
                 return
             if attempt.status in ("starting", "running"):
                 self._busy -= 1
                 self._cond.notify_all()
-            attempt.status = "lost"
-            self._active.pop(attempt.job.id, None)
+            attempt.status = "finishing" if give_back else "lost"
+            if not give_back:
+                self._active.pop(attempt.job.id, None)
+        if give_back:
+            self._count("lost", 1)
+            error = _error_type("StaleClaim")(f"not started: its lease ran out in worker {self.worker_id}")
+            self._settles.put(_Settle(attempt, "nack", error=error, options={"counts_as_attempt": False}))
+            self._release_slot(attempt)
+            self._wake.set()
+            return
         self._count("lost", 1)
         events.emit(
             "lease_lost", attempt.job, "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
@@ -881,54 +1171,94 @@ class Worker:
         self._call_off(attempt, reason, timed_out=True)
         error = JobTimeout(f"job {job.id} ({job.name}) attempt {job.attempt}: {reason}", "raise timeout or split it")
         attempt.log.warning("job %s (%s) timed out after %gs", job.id, job.name, attempt.handle.timeout)
-        options = retry_policy(attempt.handle, job, error, self.driver.clock.now(), self._rng)
+        options = self._retry_options(attempt.handle, job, error)
         self._settles.put(_Settle(attempt, "nack", error=handler_error(error), options=options))
         self._wake.set()
 
     # -- the settler -----------------------------------------------------------------
 
     def _settler(self) -> None:
+        retries: list[tuple[float, int, _Settle]] = []  # (due, tie-breaker, settle), a heap
+        order = itertools.count()
+        stop_at: float | None = None
         while True:
-            item = self._settles.get()
-            batch = [item]
-            while len(batch) < SETTLE_BATCH:
-                try:
-                    batch.append(self._settles.get_nowait())
-                except queue_mod.Empty:
-                    break
-            stop = any(entry is _STOP for entry in batch)
+            timeout = None if not retries else max(0.0, retries[0][0] - time.monotonic())
+            if stop_at is not None:
+                timeout = max(0.0, min(timeout if timeout is not None else 0.0, stop_at - time.monotonic()))
+            batch: list[_Settle] = []
             try:
-                self._settle_batch([entry for entry in batch if entry is not _STOP])
-            except Exception:  # a bug here must not stop settling for good
-                self.log.exception("settling a batch of %d failed; their leases will lapse", len(batch))
-            if stop:
+                entry = self._settles.get(timeout=timeout)
+                while True:
+                    if isinstance(entry, _Stop):
+                        stop_at = entry.at
+                    else:
+                        batch.append(entry)
+                    if len(batch) >= SETTLE_BATCH:
+                        break
+                    entry = self._settles.get_nowait()
+            except queue_mod.Empty:
+                pass
+            now = time.monotonic()
+            while retries and retries[0][0] <= now and len(batch) < SETTLE_BATCH:
+                batch.append(heapq.heappop(retries)[2])
+            failed: list[_Settle] = []
+            if batch:
+                try:
+                    failed = self._settle_batch(batch)
+                except Exception:  # a bug here must not stop settling for good
+                    self.log.exception("settling a batch of %d failed; their leases will lapse", len(batch))
+            for item in failed:
+                if not self._given_up(item, stop_at):
+                    item.tries += 1
+                    delay = min(RETRY_CAP, RETRY_FIRST * 2 ** (item.tries - 1)) * self._rng.uniform(0.8, 1.2)
+                    heapq.heappush(retries, (time.monotonic() + delay, next(order), item))
+            if stop_at is not None and (not retries or time.monotonic() >= stop_at) and self._settles.empty():
+                for _, _, item in retries:
+                    self._given_up(item, stop_at, force=True)
                 return
 
-    def _settle_batch(self, batch: list[_Settle]) -> None:
+    def _given_up(self, item: _Settle, stop_at: float | None, *, force: bool = False) -> bool:
+        """Whether to stop retrying a settle (F05): the worker was killed or is past its
+        drain, or the lease has surely lapsed (lease - margin passed a lease ago with no
+        renewal landing). The job then runs again after its lease lapses."""
+        attempt = item.attempt
+        late = self._timer() > self._deadline(attempt) + self._lease_s
+        if not (force or self._killed or late or (stop_at is not None and time.monotonic() >= stop_at)):
+            return False
+        self._count("settle_abandoned", 1)
+        attempt.log.error(
+            "gave up settling job %s (%s) after %d tries; its lease will lapse and it will run again",
+            attempt.job.id, attempt.job.name, item.tries + 1,
+        )
+        self._forget(attempt)
+        return True
+
+    def _settle_batch(self, batch: list[_Settle]) -> list[_Settle]:
+        """Settle what the batch holds; answers the settles to try again (the store did not answer)."""
         acks: list[_Settle] = []
         nacks: list[_Settle] = []
         with self._lock:
-            # "settling" stops the keeper from heartbeating (and calling off) an attempt whose
-            # settle is on its way: a landed ack makes the next heartbeat answer False.
-            live = [i for i in batch if i.attempt.status in ("finishing", "timed_out")]
+            # "settling": a heartbeat answering False no longer calls the attempt off (a landed
+            # ack makes the next heartbeat answer False); the settle's answer decides.
+            live = [i for i in batch if i.attempt.status in ("finishing", "timed_out", "settling")]
             for item in live:
                 item.attempt.status = "settling"
         for item in live:
             if item.kind == "ack":
-                if item.result is None:  # always storable: skip the trial encoding
+                if item.result is None or item.tries:  # None is always storable; a retry was checked
                     acks.append(item)
                     continue
                 try:
                     v.encode_json(item.result, "result")
                 except PayloadInvalid as exc:  # W07: an unstorable result fails the attempt readably
                     item.attempt.log.warning("job %s returned a result that cannot be stored", item.attempt.job.id)
-                    now = self.driver.clock.now()
-                    options = retry_policy(item.attempt.handle, item.attempt.job, exc, now, self._rng)
+                    options = self._retry_options(item.attempt.handle, item.attempt.job, exc)
                     nacks.append(_Settle(item.attempt, "nack", error=handler_error(exc), options=options))
                     continue
                 acks.append(item)
             else:
                 nacks.append(item)
+        retry: list[_Settle] = []
         if acks:
             pairs = [(i.attempt.claimed.token, i.result) for i in acks]
             try:
@@ -943,29 +1273,67 @@ class Worker:
                 else:
                     answers = self.driver.ack_many(pairs)
                     landed = [a is not None for a in answers]
-            except Exception:
-                self._count("settle_errors", len(acks))
-                for item in acks:
-                    item.attempt.log.exception(
-                        "could not settle job %s (%s) done; its lease will lapse and it will run again",
-                        item.attempt.job.id, item.attempt.job.name,
-                    )
-                    self._forget(item.attempt)
+            except Exception as exc:
+                retry += self._settle_failed(acks, exc, "done")
             else:
+                self._recovered("settle")
                 for item, answer, ok in zip(acks, answers, landed, strict=True):
-                    self._landed(item, ok, answer)
+                    retry += self._answered(item, ok, answer)
         for item in nacks:
             try:
                 answer = self.driver.nack(item.attempt.claimed.token, item.error or "failed", **item.options)
-            except Exception:
-                self._count("settle_errors", 1)
-                item.attempt.log.exception(
-                    "could not record the failure of job %s (%s); its lease will lapse and it will run again",
-                    item.attempt.job.id, item.attempt.job.name,
+            except Exception as exc:
+                retry += self._settle_failed([item], exc, "with its failure")
+            else:
+                self._recovered("settle")
+                retry += self._answered(item, answer is not None, answer)
+        return retry
+
+    def _settle_failed(self, items: list[_Settle], exc: Exception, what: str) -> list[_Settle]:
+        """A settle call raised: the settles to retry (F05), or none when the store refused them."""
+        self._count("settle_errors", len(items))
+        if not _transient(exc):
+            for item in items:
+                item.attempt.log.error(
+                    "could not settle job %s (%s) %s: %s; its lease will lapse and it will run again",
+                    item.attempt.job.id, item.attempt.job.name, what, exc,
                 )
                 self._forget(item.attempt)
-            else:
-                self._landed(item, answer is not None, answer)
+            return []
+        if self._failing.get("settle") is None:  # the first failure of a run: each job, once
+            for item in items:
+                if not item.tries:
+                    item.attempt.log.warning(
+                        "could not settle job %s (%s) %s: %s; retrying", item.attempt.job.id, item.attempt.job.name,
+                        what, exc,
+                    )
+        self._log_failure("settle")
+        return items
+
+    def _answered(self, item: _Settle, landed: bool, answer: Job | None) -> list[_Settle]:
+        """A settle answered: report it. After a try the store did not answer, "did not
+        land" may mean "landed before": the job says which (F05). Answers it to retry
+        when even that read fails."""
+        if not landed and item.tries:
+            try:
+                found = self.driver.introspect.get(item.attempt.job.id)
+            except Exception:
+                return [item]
+            if item.landed_earlier(found):
+                landed, answer = True, found
+        self._landed(item, landed, answer)
+        return []
+
+    def _retry_options(self, handle: JobHandle | None, job: Job, raised: BaseException) -> dict[str, Any]:
+        """``nack`` options for a failed attempt, its retry time on the store's clock (F01).
+
+        When the store's time cannot be had, the retry is due at once (the store's now)."""
+        now = self._store_now()
+        if now is None:
+            options = retry_policy(handle, job, raised, datetime.now(timezone.utc), self._rng)
+            options.pop("retry_at", None)
+            return options
+        return retry_policy(handle, job, raised, now, self._rng)
 
     def _forget(self, attempt: _Attempt) -> None:
         with self._lock:  # nobody waits on _active alone: room and drain count slots (_busy)
@@ -1103,12 +1471,13 @@ class Worker:
             self._pruner.stop()
         if self.scheduler is not None:
             self.scheduler.stop()
-        self._settles.put(_STOP)
+        self._settles.put(_Stop(max(deadline, time.monotonic()) + 1.0))
         for thread in self._threads:
             if thread.name.startswith("jobcore-settler"):
                 thread.join(10.0)
         self._keeper_stop = True
         self._keeper_wake.set()
+        self._beater_wake.set()
         for thread in self._threads:
             thread.join(5.0)
         if self._subscription is not None:

@@ -248,9 +248,9 @@ def test_W02_no_renewal_landing_for_a_whole_lease_calls_the_handler_off(
 
 
 def test_W03_a_failed_settle_is_logged_and_the_loop_goes_on(
-    driver: JobDriver, clock: ManualClock, caplog: pytest.LogCaptureFixture
+    driver: JobDriver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A database error while acking is logged; the worker keeps claiming, and the job runs again after its lease."""
+    """A database error while acking is logged and the ack retried (F05); the worker keeps claiming meanwhile."""
     faulty = FaultyDriver(driver)
     registry = Registry()
     runs: Counter[int] = Counter()
@@ -260,18 +260,17 @@ def test_W03_a_failed_settle_is_logged_and_the_loop_goes_on(
         runs[payload] += 1
         return payload
 
-    faulty.settle_failures = 1
+    faulty.settle_failures = 3
     caplog.set_level(logging.WARNING, logger="jobcore")
     first = count.enqueue(1, driver=driver)
     with running(make_worker(faulty, registry)) as worker:  # type: ignore[arg-type]
-        wait_until(lambda: worker.counts["settle_errors"] == 1, what="the settle failure")
-        assert state_of(driver, first.id) is JobState.RUNNING
+        wait_until(lambda: worker.counts["settle_errors"] >= 1, what="the settle failure")
         second = count.enqueue(2, driver=driver)
         wait_until(lambda: job_in(driver, second.id, "done"), what="the next job")
-        clock.advance(LEASE)
-        again = wait_until(lambda: job_in(driver, first.id, "done"), what="the reclaimed job")
-    assert again.attempt == 2
-    assert runs == {1: 2, 2: 1}
+        done = wait_until(lambda: job_in(driver, first.id, "done"), what="the retried ack to land")
+    assert done.attempt == 1
+    assert runs == {1: 1, 2: 1}
+    assert worker.counts["settle_errors"] == 3
     assert any("could not settle job" in r.getMessage() and getattr(r, "job_id", None) == first.id
                for r in caplog.records)
 

@@ -80,7 +80,7 @@ class _Row:
     """One stored job; mutated only under the driver's lock."""
 
     __slots__ = (
-        "attempt", "attempted_at", "claim_no", "created_at", "errors", "finished_at", "key",
+        "attempt", "attempted_at", "claim_no", "created_at", "errors", "finished_at", "held", "key",
         "lease_expires_at", "max_attempts", "name", "payload", "priority", "queue", "result",
         "run_at", "seq", "state", "worker_id",
     )
@@ -100,6 +100,7 @@ class _Row:
         self.finished_at: datetime | None = None
         self.worker_id: str | None = None
         self.claim_no = 0
+        self.held = False  # running under a claim whose attempt has not started (F04)
         self.lease_expires_at: datetime | None = None
         self.key = new.key
         self.result: str | None = None
@@ -145,7 +146,7 @@ class MemoryDriver:
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
     """
 
-    capabilities = frozenset({"notify", "ack_landed_only"})
+    capabilities = frozenset({"notify", "ack_landed_only", "deferred_start"})
 
     def __init__(self, *, clock: Clock | None = None, default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -194,6 +195,7 @@ class MemoryDriver:
         return row, False
 
     def _finish(self, row: _Row, state: JobState, now: datetime) -> None:
+        row.held = False
         row.state = state
         row.finished_at = now
         row.lease_expires_at = None
@@ -238,8 +240,18 @@ class MemoryDriver:
         return row.job()
 
     def _release_lapsed(self, row: _Row, now: datetime) -> None:
-        """Record the lost attempt of a lapsed row with attempts left (C07)."""
-        self._error(row, LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now)
+        """Record the lost attempt of a lapsed row with attempts left (C07); a held one lost nothing (F04)."""
+        if row.held:
+            row.held = False
+        else:
+            self._error(row, LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now)
+
+    def _begin(self, row: _Row, now: datetime) -> None:
+        """Start the held attempt of ``row`` (F04): it counts from here."""
+        if row.held:
+            row.held = False
+            row.attempt += 1
+            row.attempted_at = now
 
     def _peek_due(self, queue: str, now: datetime) -> _Row | None:
         later = self._later.get(queue)
@@ -263,12 +275,14 @@ class MemoryDriver:
             return row
         return None
 
-    def _take(self, row: _Row, worker: str, expires: datetime, now: datetime) -> Claimed:
+    def _take(self, row: _Row, worker: str, expires: datetime, now: datetime, start: bool) -> Claimed:
         row.state = RUNNING
         row.worker_id = worker
         row.claim_no += 1
-        row.attempt += 1
-        row.attempted_at = now
+        row.held = not start
+        if start:
+            row.attempt += 1
+            row.attempted_at = now
         row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
         return claimed_job(row.job())
@@ -310,9 +324,10 @@ class MemoryDriver:
 
     def claim(
         self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (),
+        drop_exhausted: Iterable[str] = (), start: bool = True,
     ) -> ClaimResult:
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        begin = v.check_bool(start, "start")
         with self._lock:
             now = self._now()
             expires = to_millis(now + span)
@@ -320,7 +335,7 @@ class MemoryDriver:
             reclaim: list[_Row] = []
             for queue in names:
                 for row in self._lapsed(queue, now):
-                    if row.attempt >= row.max_attempts:
+                    if row.attempt >= row.max_attempts and not row.held:
                         buried.append(self._bury(row, drop, now))
                     else:
                         reclaim.append(row)
@@ -329,7 +344,7 @@ class MemoryDriver:
             for row in reclaim:
                 if len(claimed) < size:
                     self._release_lapsed(row, now)
-                    claimed.append(self._take(row, worker, expires, now))
+                    claimed.append(self._take(row, worker, expires, now, begin))
                 else:  # not taken this time: keep it findable by the next claim
                     assert row.lease_expires_at is not None
                     heapq.heappush(self._leases[row.queue], (row.lease_expires_at, row.seq, row.claim_no))
@@ -344,7 +359,7 @@ class MemoryDriver:
                 if best is None:
                     break
                 heapq.heappop(self._due[best.queue])
-                claimed.append(self._take(best, worker, expires, now))
+                claimed.append(self._take(best, worker, expires, now, begin))
             return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
     def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
@@ -357,6 +372,18 @@ class MemoryDriver:
             row.lease_expires_at = to_millis(self._now() + span)
             heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
             return True
+
+    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        checked = v.check_tokens(tokens)
+        with self._lock:
+            now = self._now()
+            answers = []
+            for token in checked:
+                row = self._current(token)
+                if row is not None:
+                    self._begin(row, now)
+                answers.append(row is not None)
+            return answers
 
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
@@ -385,6 +412,7 @@ class MemoryDriver:
                 if row is None:
                     answers.append(False if lean else None)
                     continue
+                self._begin(row, now)
                 row.result = text
                 self._finish(row, DONE, now)
                 answers.append(True if lean else row.job())
@@ -403,6 +431,7 @@ class MemoryDriver:
             row = self._current(token)
             if row is None:
                 return None
+            self._begin(row, now)
             self._error(row, type_name, message, now)
             if not counts_as_attempt:
                 row.attempt -= 1
@@ -573,7 +602,7 @@ class _MemoryIntrospector:
             woken: set[str] = set()
             for queue in list(d._leases):
                 for row in d._lapsed(queue, now):
-                    if row.attempt >= row.max_attempts:
+                    if row.attempt >= row.max_attempts and not row.held:
                         buried.append(d._bury(row, frozenset(), now))
                         continue
                     d._release_lapsed(row, now)
