@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -19,20 +20,31 @@ from jobcore.clock import Clock
 from jobcore.current import connect
 from jobcore.driver import JobDriver
 from jobcore.errors import JobcoreError
-from jobcore.records import Claimed, Job, JobFilter
+from jobcore.records import Claimed, Job, JobFilter, JobState
+from jobcore.registry import Registry
+from jobcore.worker import Worker
 
 __all__ = [
     "LEASE",
+    "WAIT",
     "all_jobs",
     "claim_one",
     "finished_job",
+    "job_in",
+    "make_worker",
     "refused",
+    "running",
     "second_instance",
+    "state_of",
     "together",
+    "wait_until",
 ]
 
 LEASE = timedelta(seconds=30)
 """The lease scenarios claim with unless they say otherwise."""
+
+WAIT = 5.0
+"""Longest real-time wait for anything a worker scenario expects to happen."""
 
 
 @contextlib.contextmanager
@@ -142,3 +154,53 @@ def second_instance(driver: JobDriver, clock: Clock) -> Iterator[JobDriver]:
         yield other
     finally:
         other.close()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
+    """Poll ``predicate`` (real time) until it answers something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def make_worker(driver: JobDriver, registry: Registry, **options: Any) -> Worker:
+    """A worker tuned for scenarios: fast polls and heartbeats, no periodic rescue.
+
+    Its local deadlines follow the scenario's ``ManualClock`` (``clock.monotonic()``), so
+    moving the clock moves them with the store's leases.
+    """
+    settings: dict[str, Any] = {
+        "driver": driver, "registry": registry, "lease": LEASE, "poll_interval": 0.01,
+        "heartbeat_interval": 0.01, "rescue_interval": None, "drain_timeout": 2.0, "seed": 7,
+    }
+    settings.update(options)
+    return Worker(["default"], **settings)
+
+
+@contextlib.contextmanager
+def running(worker: Worker, *, stop_timeout: float = 2.0) -> Iterator[Worker]:
+    """Run ``worker`` for the block; stop it (drain up to ``stop_timeout``) after."""
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop(stop_timeout)
+
+
+def state_of(driver: JobDriver, job_id: str) -> JobState:
+    """The job's state (it must exist)."""
+    job = driver.introspect.get(job_id)
+    if job is None:
+        raise AssertionError(f"job {job_id} is gone")
+    return job.state
+
+
+def job_in(driver: JobDriver, job_id: str, *states: str) -> Job | None:
+    """The job when it is in one of ``states``, else None."""
+    job = driver.introspect.get(job_id)
+    return job if job is not None and job.state in {JobState(s) for s in states} else None

@@ -3,7 +3,9 @@
 Every scenario takes ``driver`` (a fresh, empty driver on a :class:`ManualClock`) and,
 when it moves time, ``clock``. The memory driver is always in the loop; other drivers
 join through a *driver factory*: a callable taking a clock and returning a context
-manager that yields a fresh, isolated driver and cleans it up on exit.
+manager that yields a fresh, isolated driver and cleans it up on exit. Given ``None``
+instead of a clock, the factory makes a driver on its store's own clock (rule F01: the
+fault scenarios run such drivers next to clients whose wall clock is off).
 
 A third-party driver runs the whole suite with::
 
@@ -35,7 +37,7 @@ from jobcore.driver import JobDriver
 
 __all__ = ["START", "DriverFactory", "memory_factory"]
 
-DriverFactory = Callable[[Clock], AbstractContextManager[JobDriver]]
+DriverFactory = Callable[[Clock | None], AbstractContextManager[JobDriver]]
 START = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 """Where every scenario's clock starts."""
 
@@ -43,7 +45,7 @@ _FACTORIES = pytest.StashKey[dict[str, DriverFactory]]()
 
 
 @contextlib.contextmanager
-def memory_factory(clock: Clock) -> Iterator[JobDriver]:
+def memory_factory(clock: Clock | None) -> Iterator[JobDriver]:
     """A fresh in-memory driver on ``clock``."""
     from jobcore.drivers.memory import MemoryDriver  # noqa: PLC0415 - keep plugin import light
 
@@ -120,15 +122,19 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def driver_factory(request: pytest.FixtureRequest, driver_name: str) -> Iterator[Callable[..., JobDriver]]:
-    """``make(clock=None)``: another fresh driver of this parameter's kind, closed at teardown.
+    """``make(clock=None, *, store_clock=False)``: another fresh driver of this parameter's
+    kind, closed at teardown.
 
     For scenarios that need several independent stores (the stateful test makes one per
-    example). Drivers made with the same clock share nothing but the clock.
+    example). Drivers made with the same clock share nothing but the clock. With
+    ``store_clock=True`` the driver decides on its store's own clock (no clock injected).
     """
     factory = request.config.stash[_FACTORIES][driver_name]
     with contextlib.ExitStack() as stack:
 
-        def make(clock: Clock | None = None) -> JobDriver:
+        def make(clock: Clock | None = None, *, store_clock: bool = False) -> JobDriver:
+            if store_clock:
+                return stack.enter_context(factory(None))
             return stack.enter_context(factory(clock if clock is not None else ManualClock(START)))
 
         yield make

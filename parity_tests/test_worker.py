@@ -9,103 +9,28 @@ past it on purpose.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from jobcore.parity._faulty import FaultyDriver
+from jobcore.parity._support import WAIT, job_in, make_worker, running, state_of, wait_until
 
 from jobcore import validate as v
 from jobcore.backoff import Backoff
 from jobcore.clock import ManualClock, to_millis
 from jobcore.driver import JobDriver
-from jobcore.errors import BackendUnavailable, JobTimeout
+from jobcore.errors import JobTimeout
 from jobcore.records import Job, JobState
 from jobcore.registry import JobContext, Registry
-from jobcore.worker import ON_SETTLED_TRIES, Worker
+from jobcore.worker import ON_SETTLED_TRIES
 
 LEASE = timedelta(seconds=30)
-WAIT = 5.0
-"""Longest real-time wait for anything a scenario expects to happen."""
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
-    """Poll ``predicate`` (real time) until it answers something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
-
-def make_worker(driver: JobDriver, registry: Registry, **options: Any) -> Worker:
-    """A worker tuned for scenarios: fast polls and heartbeats, no periodic rescue."""
-    settings: dict[str, Any] = {
-        "driver": driver, "registry": registry, "lease": LEASE, "poll_interval": 0.01,
-        "heartbeat_interval": 0.01, "rescue_interval": None, "drain_timeout": 2.0, "seed": 7,
-    }
-    settings.update(options)
-    return Worker(["default"], **settings)
-
-
-@contextlib.contextmanager
-def running(worker: Worker, *, stop_timeout: float = 2.0) -> Iterator[Worker]:
-    worker.start()
-    try:
-        yield worker
-    finally:
-        worker.stop(stop_timeout)
-
-
-def state_of(driver: JobDriver, job_id: str) -> JobState:
-    job = driver.introspect.get(job_id)
-    assert job is not None
-    return job.state
-
-
-def job_in(driver: JobDriver, job_id: str, *states: str) -> Job | None:
-    job = driver.introspect.get(job_id)
-    return job if job is not None and job.state in {JobState(s) for s in states} else None
-
-
-class FaultyDriver:
-    """Wraps a driver to inject failures: heartbeats that raise, settles that raise."""
-
-    def __init__(self, inner: JobDriver) -> None:
-        self._inner = inner
-        self.heartbeat_down = False
-        self.settle_failures = 0
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def _fail_settle(self) -> None:
-        with self._lock:
-            if self.settle_failures > 0:
-                self.settle_failures -= 1
-                raise BackendUnavailable("the scenario cut the database off for this settle")
-
-    def heartbeat(self, token: Any, lease: Any) -> bool:
-        if self.heartbeat_down:
-            raise BackendUnavailable("the scenario cut the database off for heartbeats")
-        return self._inner.heartbeat(token, lease)
-
-    def ack_many(self, items: Any) -> list[Job | None]:
-        self._fail_settle()
-        return self._inner.ack_many(items)
-
-    def nack(self, token: Any, error: Any, **options: Any) -> Job | None:
-        self._fail_settle()
-        return self._inner.nack(token, error, **options)
 
 
 # -- W01 ---------------------------------------------------------------------------------
