@@ -290,20 +290,22 @@ class _Starter:
                 batch, self._waiting = self._waiting, []
                 self._sending = True
                 self._cond.release()
+                error: BaseException | None = None
+                answers: list[bool] | None = None
                 try:
-                    try:
-                        answers: list[bool] | None = self._start([entry[0] for entry in batch])
-                        error: BaseException | None = None
-                    except Exception as exc:
-                        answers, error = None, exc
+                    answers = self._start([entry[0] for entry in batch])
+                except BaseException as exc:  # every waiter learns it; a non-Exception is raised on below
+                    error = exc
+                finally:
                     for index, entry in enumerate(batch):
                         entry[1] = bool(answers[index]) if answers is not None else False
-                        entry[2] = error
+                        entry[2] = error if error is not None or answers is not None else RuntimeError("no answer")
                         entry[3] = True
-                finally:
                     self._cond.acquire()
                     self._sending = False
                     self._cond.notify_all()
+                if error is not None and not isinstance(error, Exception):
+                    raise error
         return [cast("BaseException", entry[2]) if entry[2] is not None else bool(entry[1]) for entry in mine]
 
 

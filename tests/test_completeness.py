@@ -85,11 +85,11 @@ BY_RULE = scenarios_by_rule(FUNCTIONS)
 
 
 def test_rules_page_declares_each_id_once() -> None:
-    """The page has headings for the E, C, L, S, O and K sections, no id twice."""
+    """The page has headings for the E, C, L, S, O, K and F sections, no id twice."""
     ids = documented_ids(PAGE)
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
-    assert {i[0] for i in ids} >= set("ECLSOK")
-    for section, last in {"E": 5, "C": 10, "L": 4, "S": 7, "O": 9, "K": 3}.items():
+    assert {i[0] for i in ids} >= set("ECLSOKF")
+    for section, last in {"E": 5, "C": 10, "L": 4, "S": 7, "O": 9, "K": 3, "F": 7}.items():
         assert [i for i in ids if i[0] == section] == [f"{section}{n:02d}" for n in range(1, last + 1)]
 
 
