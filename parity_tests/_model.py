@@ -75,6 +75,7 @@ class MJob:
     lease_expires_at: datetime | None = None
     result: Any = None
     errors: list[MError] = dataclasses.field(default_factory=list)
+    held: bool = False  # claimed with start=False, not started yet (F04)
 
     def copy(self) -> MJob:
         return dataclasses.replace(self, errors=list(self.errors))
@@ -105,7 +106,16 @@ class Model:
         return job
 
     @staticmethod
+    def _begin(job: MJob, now: datetime) -> None:
+        """F04: a held attempt starts (and counts) here."""
+        if job.held:
+            job.held = False
+            job.attempt += 1
+            job.attempted_at = now
+
+    @staticmethod
     def _finish(job: MJob, state: str, now: datetime) -> None:
+        job.held = False
         job.state = state
         job.finished_at = now
         job.worker_id = None
@@ -145,15 +155,15 @@ class Model:
 
     def claim(
         self, now: datetime, *, queues: tuple[str, ...], worker: str, limit: int, lease: timedelta,
-        drop: frozenset[str],
+        drop: frozenset[str], start: bool = True,
     ) -> tuple[list[MToken], list[int]]:
-        """C01-C08: tokens handed out, in order, and the ids buried by this claim."""
+        """C01-C08, F04: tokens handed out, in order, and the ids buried by this claim."""
         mine = [j for j in self.jobs.values() if j.queue in queues]
         buried: list[int] = []
         reclaim: list[MJob] = []
         for job in mine:
             if self._lapsed(job, now):
-                if job.attempt >= job.max_attempts:
+                if job.attempt >= job.max_attempts and not job.held:
                     self._bury(job, job.name in drop, now)
                     buried.append(job.seq)
                 else:
@@ -164,16 +174,28 @@ class Model:
         )
         tokens: list[MToken] = []
         for job in (reclaim + due)[:limit]:
-            if job.state == "running":
+            if job.state == "running" and not job.held:
                 job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
             job.state = "running"
             job.worker_id = worker
             job.claim_no += 1
-            job.attempt += 1
-            job.attempted_at = now
+            job.held = not start
+            if start:
+                job.attempt += 1
+                job.attempted_at = now
             job.lease_expires_at = now + lease
             tokens.append(MToken(job.seq, worker, job.claim_no))
         return tokens, buried
+
+    def start(self, now: datetime, tokens: list[MToken]) -> list[bool]:
+        """F04: each current token's held attempt starts; True per current token."""
+        answers = []
+        for token in tokens:
+            job = self.current(token)
+            if job is not None:
+                self._begin(job, now)
+            answers.append(job is not None)
+        return answers
 
     def heartbeat(self, now: datetime, token: MToken, lease: timedelta) -> bool:
         """L01-L03."""
@@ -188,6 +210,7 @@ class Model:
         job = self.current(token)
         if job is None:
             return None
+        self._begin(job, now)
         job.result = result
         self._finish(job, "done", now)
         return job.seq
@@ -202,6 +225,7 @@ class Model:
         job = self.current(token)
         if job is None:
             return None
+        self._begin(job, now)
         job.errors.append(MError(type_name, message, now, job.attempt))
         if not counts_as_attempt:
             job.attempt -= 1
@@ -309,11 +333,13 @@ class Model:
         for job in self.jobs.values():
             if not self._lapsed(job, now):
                 continue
-            if job.attempt >= job.max_attempts:
+            if job.attempt >= job.max_attempts and not job.held:
                 self._bury(job, False, now)
                 buried.append(job.seq)
             else:
-                job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
+                if not job.held:
+                    job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
+                job.held = False
                 job.state, job.worker_id, job.lease_expires_at, job.run_at = "ready", None, None, now
                 requeued += 1
         return requeued, buried

@@ -65,6 +65,7 @@ CLAIM_ARGS: dict[str, st.SearchStrategy[Any]] = {
     "limit": st.integers(1, 3),
     "lease": leases,
     "drop": st.sampled_from([(), (), ("a",), ("a", "b")]),
+    "start": st.sampled_from([True, True, False]),
 }
 prune_ages = st.sampled_from([timedelta(0), timedelta(seconds=5), None])
 pick = st.integers(min_value=0, max_value=63)  # index into a pool, taken modulo its size
@@ -107,6 +108,7 @@ class DriverVersusModel(RuleBasedStateMachine):
         self.ids: dict[int, str] = {}  # model id -> driver id
         self.seqs: dict[str, int] = {}  # driver id -> model id
         self.tokens: list[tuple[ClaimToken, MToken]] = []  # every token ever handed out
+        self.held_claims = "deferred_start" in self.driver.capabilities  # F04
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -214,10 +216,16 @@ class DriverVersusModel(RuleBasedStateMachine):
         self._check_enqueued(self.driver.enqueue(name, payload, **options), spec, due, "enqueue")
 
     @rule(**CLAIM_ARGS)
-    def claim(self, queues: tuple[str, ...], worker: str, limit: int, lease: timedelta, drop: tuple[str, ...]) -> None:
-        result = self.driver.claim(list(queues), worker_id=worker, limit=limit, lease=lease, drop_exhausted=drop)
+    def claim(
+        self, queues: tuple[str, ...], worker: str, limit: int, lease: timedelta, drop: tuple[str, ...], start: bool,
+    ) -> None:
+        start = start or not self.held_claims
+        options: dict[str, Any] = {} if start else {"start": False}
+        result = self.driver.claim(
+            list(queues), worker_id=worker, limit=limit, lease=lease, drop_exhausted=drop, **options
+        )
         tokens, buried = self.model.claim(
-            self.now(), queues=queues, worker=worker, limit=limit, lease=lease, drop=frozenset(drop)
+            self.now(), queues=queues, worker=worker, limit=limit, lease=lease, drop=frozenset(drop), start=start
         )
         got = [self.to_model(c.token.job_id) for c in result.claimed]
         assert got == [t.seq for t in tokens], f"C02/C07: claimed {got}, model expected {[t.seq for t in tokens]}"
@@ -235,6 +243,15 @@ class DriverVersusModel(RuleBasedStateMachine):
     def claim_too(self, **args: Any) -> None:
         """The same rule again: doubles the claim rate, and swarm testing rarely disables both."""
         self.claim(**args)
+
+    @precondition(lambda self: self.tokens and self.held_claims)
+    @rule(indexes=st.lists(pick, min_size=1, max_size=3), live=st.booleans())
+    def start(self, indexes: list[int], live: bool) -> None:
+        """F04: held attempts start (a repeat, a stale token and a started one included)."""
+        pairs = [self.token(index, current=live or None) for index in indexes]
+        assert all(pair is not None for pair in pairs)
+        answers = self.driver.start([pair[0] for pair in pairs])  # type: ignore[attr-defined,index]
+        assert answers == self.model.start(self.now(), [pair[1] for pair in pairs]), "F04: start answers differ"  # type: ignore[index]
 
     @precondition(lambda self: self.tokens)
     @rule(index=pick, live=st.booleans(), lease=leases)
