@@ -3,7 +3,7 @@
 Every statement is a named constant in :mod:`._sql`, rendered once per schema. The hot
 path is one statement per call: ``claim`` (burial, reclaim and due rows with ``FOR
 UPDATE SKIP LOCKED``), ``ack_many`` (every row fenced on its own token), ``enqueue`` and
-``enqueue_many`` (with their wake-up NOTIFY), ``nack``, ``heartbeat``.
+``enqueue_many`` (with their wake-up NOTIFY), ``nack``, ``heartbeat``, ``start``.
 
 Time (F01). Every time decision is made by the statement on the store's clock
 (:data:`._sql.NOW`); the driver sends ``now = None`` unless a clock was injected, which
@@ -95,6 +95,25 @@ def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
     if ident is None or not isinstance(worker, str):
         return None
     return ident, worker, claim_no
+
+
+def _fenced(tokens: Sequence[ClaimToken]) -> tuple[list[tuple[int, str, int]], list[list[int]]]:
+    """The distinct tokens a row can match, as ``(id, worker_id, claim_no)`` items, and for
+    each item the input positions holding that token (a token given twice answers twice)."""
+    items: list[tuple[int, str, int]] = []
+    where: list[list[int]] = []
+    position: dict[tuple[int, str, int], int] = {}
+    for index, token in enumerate(tokens):
+        ident = _token_row(token)
+        if ident is None:
+            continue
+        at = position.get(ident)
+        if at is None:
+            position[ident] = at = len(items)
+            items.append(ident)
+            where.append([])
+        where[at].append(index)
+    return items, where
 
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
@@ -196,7 +215,7 @@ class PostgresDriver:
         pool_min, pool_max: Size of the pool this driver makes.
     """
 
-    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only"})
+    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
 
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
@@ -475,12 +494,13 @@ class PostgresDriver:
 
     def claim(
         self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (),
+        drop_exhausted: Iterable[str] = (), start: bool = True,
     ) -> ClaimResult:
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        begin = v.check_bool(start, "start")
         rows = self._fetch(self.q.CLAIM, {
             "queues": list(names), "worker": worker, "limit": size, "now": self._now(), "lease_ms": span // _MS,
-            "drop": sorted(drop),
+            "drop": sorted(drop), "start": begin,
         }, retry=True)
         claimed: list[Claimed] = []
         buried: list[Job] = []
@@ -504,6 +524,23 @@ class PostgresDriver:
             return False
         rows = self._fetch(self.q.HEARTBEAT, {**fence, "now": self._now(), "lease_ms": span // _MS}, retry=True)
         return bool(rows)
+
+    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
+        if isinstance(tokens, str | bytes | ClaimToken) or not isinstance(tokens, Iterable):
+            raise OptionInvalid(
+                f"tokens must be a list of ClaimToken, got {type(tokens).__name__}", "pass [claimed.token, ...]"
+            )
+        checked = [v.check_token(token) for token in tokens]
+        answers = [False] * len(checked)
+        items, where = _fenced(checked)
+        if items:
+            # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
+            for (ordinal,) in self._fetch(self.q.START, {"items": json.dumps(items), "now": self._now()}, retry=True):
+                for index in where[ordinal - 1]:
+                    answers[index] = True
+        return answers
+
 
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
@@ -535,7 +572,7 @@ class PostgresDriver:
             if ident in seen:  # the same token twice: the first lands, the second finds it settled
                 continue
             seen.add(ident)
-            rows.append([*ident, text])
+            rows.append([ident[0], ident[1], ident[2], text])
             where.append(index)
         if not rows:
             return answers

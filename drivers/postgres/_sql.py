@@ -62,6 +62,12 @@ def _ms(param: str) -> str:
     return f"(%({param})s::bigint * interval '1 millisecond')"
 
 
+_HELD: Final = "(CASE WHEN j.held THEN 1 ELSE 0 END)"
+"""1 for a held claim (F04), whose attempt a settle or a start begins now."""
+_STARTED_AT: Final = f"(CASE WHEN j.held THEN {NOW} ELSE j.attempted_at END)"
+_ATTEMPT_NOW: Final = f"(j.attempt + {_HELD})"
+"""The attempt a settle ends: a held claim's starts with the settle."""
+
 
 def _entry(type_sql: str, message_sql: str, attempt_sql: str = "j.attempt") -> str:
     """An error-history entry appended to ``j.errors`` (``attempt_sql`` is the attempt it ended)."""
@@ -210,12 +216,12 @@ CLAIM: Final = f"""
 WITH spent AS (
     SELECT j.id FROM {{jobs}} AS j
     WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
-      AND j.attempt >= j.max_attempts
+      AND j.attempt >= j.max_attempts AND NOT j.held
     FOR UPDATE SKIP LOCKED
 ), lapsed AS (
     SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
     WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
-      AND j.attempt < j.max_attempts
+      AND (j.attempt < j.max_attempts OR j.held)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -246,9 +252,11 @@ WITH spent AS (
     RETURNING 1 AS kind, {_COLS}
 ), taken AS (
     UPDATE {{jobs}} AS j SET
-        state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1, attempt = j.attempt + 1,
-        attempted_at = {NOW}, lease_expires_at = {NOW} + {_ms("lease_ms")},
-        errors = CASE WHEN j.state = 'running' THEN {_LEASE_EXPIRED} ELSE j.errors END
+        state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1,
+        attempt = j.attempt + (CASE WHEN %(start)s::boolean THEN 1 ELSE 0 END),
+        attempted_at = CASE WHEN %(start)s::boolean THEN {NOW} ELSE j.attempted_at END,
+        held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {_ms("lease_ms")},
+        errors = CASE WHEN j.state = 'running' AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
     RETURNING 0 AS kind, {_COLS}
 )
@@ -258,11 +266,13 @@ SELECT kind, 0, {_BARE} FROM buried
 ORDER BY 1, 2, priority DESC, run_at, id
 """
 """One statement per claim batch (C01-C08): burial of lapsed final attempts, reclaim of
-lapsed rows with attempts left (first, recording ``LeaseExpired``), then due rows per
+lapsed rows with attempts left (first, recording ``LeaseExpired``; a lapsed held claim,
+F04, is taken as it was, nothing recorded, never buried), then due rows per
 queue in (priority desc, run_at, id) order, each queue read through the partial index
 ``jobs_due`` (LATERAL, so every queue's scan stops after ``limit`` rows). SKIP LOCKED
 lets concurrent claimers pass each other; a row another claim moved is re-checked
-against the WHERE clause (READ COMMITTED re-evaluation) before it is taken."""
+against the WHERE clause (READ COMMITTED re-evaluation) before it is taken. With
+``start`` false the taken rows are held: ``attempt`` and ``attempted_at`` stay."""
 
 HEARTBEAT: Final = f"""
 UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {_ms("lease_ms")}
@@ -274,9 +284,21 @@ _TOKENS: Final = """jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(
 _FENCED: Final = """j.id = (t.item->>0)::bigint AND j.state = 'running' AND j.worker_id = t.item->>1
   AND j.claim_no = (t.item->>2)::bigint"""
 
+START: Final = f"""
+UPDATE {{jobs}} AS j SET attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
+FROM {_TOKENS}
+WHERE {_FENCED}
+RETURNING t.ord
+"""
+"""Start held attempts (F04), one statement per batch, each row fenced on its own token
+(items as :data:`ACK_MANY` takes them, without the result). A started row is written
+unchanged, so a repeated start answers its item again. It sets no indexed column (nor
+``state``, which the partial indexes' predicates read), so the update can be HOT."""
+
 ACK_MANY: Final = f"""
 UPDATE {{jobs}} AS j SET
-    state = 'done', result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL
+    state = 'done', result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+    attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
 FROM {_TOKENS}
 WHERE {_FENCED}
 RETURNING t.ord, {_lean("j")}
@@ -284,7 +306,8 @@ RETURNING t.ord, {_lean("j")}
 """One round trip for a batch of acks (S01, S07); each row fenced on its own token. The
 items are one JSON array of ``[id, worker_id, claim_no, result text or null]``: one
 parameter the client writes in C, where four arrays took a Python loop per element. Claim
-and ack, the statements every job passes through, send an empty error history as NULL."""
+and ack, the statements every job passes through, send an empty error history as NULL.
+A held claim is started first (F04): its attempt counts."""
 
 ACK_MANY_LANDED: Final = ACK_MANY.split("RETURNING")[0] + "RETURNING t.ord\n"
 """:data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
@@ -295,7 +318,7 @@ WITH cur AS (
     SELECT j.id, CASE
         WHEN %(fail)s::boolean THEN 'failed'
         WHEN %(park)s::boolean THEN 'suspended'
-        WHEN j.attempt - %(give_back)s::int >= j.max_attempts
+        WHEN {_ATTEMPT_NOW} - %(give_back)s::int >= j.max_attempts
             THEN CASE WHEN %(dead_letter)s::boolean THEN 'dead' ELSE 'failed' END
         ELSE 'scheduled' END AS target
     FROM {{jobs}} AS j
@@ -303,8 +326,9 @@ WITH cur AS (
     FOR UPDATE
 ), upd AS (
     UPDATE {{jobs}} AS j SET
-        state = c.target, attempt = j.attempt - %(give_back)s::int,
-        errors = {_entry("%(type)s::text", "%(message)s::text")},
+        state = c.target, attempt = {_ATTEMPT_NOW} - %(give_back)s::int,
+        attempted_at = {_STARTED_AT}, held = false,
+        errors = {_entry("%(type)s::text", "%(message)s::text", _ATTEMPT_NOW)},
         lease_expires_at = NULL, worker_id = NULL,
         finished_at = CASE WHEN c.target IN ('failed', 'dead') THEN {NOW} ELSE j.finished_at END,
         run_at = CASE WHEN c.target = 'scheduled' THEN coalesce(%(retry_at)s::timestamptz, {NOW}) ELSE j.run_at END
@@ -314,7 +338,8 @@ WITH cur AS (
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """
 """The nack target (S02-S05), first match wins: fail, park, out of attempts, retry (at
-``retry_at`` when given, else the store's now)."""
+``retry_at`` when given, else the store's now). A held claim is started first (F04), so
+giving it back uncounted leaves its attempt as it was."""
 
 # --- introspection and operator verbs ---------------------------------------------------
 
@@ -350,7 +375,7 @@ ORDER BY j.finished_at DESC, j.id DESC LIMIT %(limit)s
 
 RESCUE: Final = f"""
 WITH lapsed AS (
-    SELECT j.id, j.attempt >= j.max_attempts AS spent FROM {{jobs}} AS j
+    SELECT j.id, j.attempt >= j.max_attempts AND NOT j.held AS spent FROM {{jobs}} AS j
     WHERE j.state = 'running' AND j.lease_expires_at <= {NOW}
     FOR UPDATE SKIP LOCKED
 ), buried AS (
@@ -361,8 +386,8 @@ WITH lapsed AS (
     RETURNING 1 AS kind, {_COLS}
 ), back AS (
     UPDATE {{jobs}} AS j SET
-        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = {NOW},
-        errors = {_LEASE_EXPIRED}
+        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
+        errors = CASE WHEN j.held THEN j.errors ELSE {_LEASE_EXPIRED} END
     FROM lapsed AS l WHERE j.id = l.id AND NOT l.spent
     RETURNING 0 AS kind, {_COLS}
 ), {_WOKE.format(source="back", cond="true")}
@@ -371,11 +396,12 @@ UNION ALL
 SELECT back.kind, {", ".join(f"back.{c}" for c in JOB_COLUMNS)} FROM back CROSS JOIN woke
 ORDER BY kind, id
 """
-"""C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``."""
+"""C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``.
+A lapsed held claim (F04) goes back as it was: nothing recorded, never buried."""
 
 CANCEL: Final = f"""
 UPDATE {{jobs}} AS j SET
-    state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+    state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
     errors = {_entry("'Cancelled'::text", "%(message)s::text")}
 WHERE j.id = %(id)s AND j.state IN {_LIVE}
 RETURNING {_COLS}
@@ -412,7 +438,7 @@ _ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
 CANCEL_MANY: Final = f"""
 WITH {_TARGET}, upd AS (
     UPDATE {{jobs}} AS j SET
-        state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+        state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
         errors = {_entry("'Cancelled'::text", "%(message)s::text")}
     FROM target AS t WHERE j.id = t.id AND j.state IN {_LIVE}
     RETURNING j.id
@@ -495,7 +521,7 @@ STORE_NOW: Final = "SELECT now()"
 compute ahead of a call (a worker's retry time, a scheduler's next occurrence)."""
 
 _NAMES: Final = (
-    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY", "ENQUEUE_UNIFORM", "KEY_HOLDER", "CLAIM", "HEARTBEAT",
+    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY", "ENQUEUE_UNIFORM", "KEY_HOLDER", "CLAIM", "HEARTBEAT", "START",
     "ACK_MANY", "ACK_MANY_LANDED", "NACK", "GET", "JOB_STATE", "LIST_OLDER", "LIST_NEWER", "STATS", "DEAD_LETTERS",
     "RESCUE", "CANCEL", "REQUEUE", "REMOVE", "MAKE_DUE", "CANCEL_MANY", "REMOVE_MANY", "PROMOTE_MANY",
     "REQUEUE_MANY_PICK", "REQUEUE_MANY_COUNT", "REQUEUE_MANY_APPLY", "LEASE_LOCK", "LEASE_PURGE", "LEASE_ACQUIRE",
@@ -525,6 +551,7 @@ class Statements:
     KEY_HOLDER: bytes
     CLAIM: bytes
     HEARTBEAT: bytes
+    START: bytes
     ACK_MANY: bytes
     ACK_MANY_LANDED: bytes
     NACK: bytes

@@ -67,7 +67,9 @@ def test_driver_executes_only_named_statements() -> None:
 
 
 def _claim_params(now: Any) -> dict[str, Any]:
-    return {"queues": ["default"], "worker": "w", "limit": 10, "now": now, "lease_ms": 30_000, "drop": []}
+    return {
+        "queues": ["default"], "worker": "w", "limit": 10, "now": now, "lease_ms": 30_000, "drop": [], "start": True,
+    }
 
 
 @pytest.mark.parametrize("now", [START, None], ids=["injected_clock", "store_clock"])
@@ -160,6 +162,7 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
     cases = {
         "CLAIM": _claim_params(now),
         "ACK_MANY": {"items": json.dumps([[1, "w", 1, None], [2, "w", 1, None]]), "now": now},
+        "START": {"items": json.dumps([[1, "w", 1], [2, "w", 1]]), "now": now},
         "NACK": {**fence, "fail": False, "park": False, "give_back": 0, "dead_letter": True, "type": "E",
                  "message": "m", "now": now, "retry_at": None, "channel": "c"},
         "HEARTBEAT": {**fence, "now": now, "lease_ms": 30_000},
