@@ -14,7 +14,7 @@ import operator
 import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, overload
 
 import attrs
 
@@ -52,6 +52,7 @@ __all__ = [
     "MAX_PRUNE_ROWS",
     "MIN_LEASE",
     "NewJob",
+    "StoreTimedJob",
     "check_bool",
     "check_bulk_limit",
     "check_claim",
@@ -375,7 +376,52 @@ class NewJob:
     state: JobState
 
 
+@attrs.frozen(kw_only=True)
+class StoreTimedJob:
+    """A checked job to insert whose due time and state the store decides on its own clock (F01).
+
+    What :func:`new_job` answers when given ``now=None``: a driver whose statements read
+    the store's clock sends ``run_at`` (absolute, when given) or ``delay`` (counted from
+    the store's now), and the store sets ``run_at`` and the state (``scheduled`` when due
+    after its now, else ``ready``). :meth:`resolve` answers what the store decided, given
+    the now it used.
+    """
+
+    name: str
+    queue: str
+    payload: str  # canonical JSON text
+    priority: int
+    run_at: datetime | None
+    """The due time the caller gave (UTC, to the millisecond), or None: now + ``delay``."""
+    delay: timedelta
+    """Counted from the store's now when ``run_at`` is None; whole milliseconds, zero when
+    neither was given."""
+    max_attempts: int
+    key: str | None
+
+    def due(self, now: datetime) -> tuple[datetime, JobState]:
+        """``(run_at, state)`` as the store decides them, ``now`` being its clock's reading
+        (to the millisecond): ``scheduled`` when due after it, else ``ready`` (E01)."""
+        due = self.run_at if self.run_at is not None else to_millis(now + self.delay)
+        return due, JobState.SCHEDULED if due > now else JobState.READY
+
+
 _SPEC_FIELDS = frozenset(f.name for f in attrs.fields(JobSpec))
+_MS = timedelta(milliseconds=1)
+
+
+@overload
+def new_job(
+    name: object, payload: object, *, queue: object = ..., priority: object = ..., run_at: object = ...,
+    delay: object = ..., max_attempts: object = ..., key: object = ..., now: datetime, default_max_attempts: int = ...,
+) -> NewJob: ...
+
+
+@overload
+def new_job(
+    name: object, payload: object, *, queue: object = ..., priority: object = ..., run_at: object = ...,
+    delay: object = ..., max_attempts: object = ..., key: object = ..., now: None, default_max_attempts: int = ...,
+) -> StoreTimedJob: ...
 
 
 def new_job(
@@ -388,19 +434,25 @@ def new_job(
     delay: object = None,
     max_attempts: object = None,
     key: object = None,
-    now: datetime,
+    now: datetime | None,
     default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-) -> NewJob:
-    """Check one enqueue's arguments and resolve its due time against ``now``."""
+) -> NewJob | StoreTimedJob:
+    """Check one enqueue's arguments and resolve its due time against ``now``.
+
+    ``now=None``: the store decides the due time and state on its own clock; the answer
+    is a :class:`StoreTimedJob` (``delay`` kept, not added to any client time).
+    """
     options = _job_options(name, queue, priority, run_at, delay, max_attempts, key, now, default_max_attempts)
+    if now is None:
+        return StoreTimedJob(payload=encode_json(payload, "payload"), **options)
     return NewJob(payload=encode_json(payload, "payload"), **options)
 
 
 def _job_options(  # noqa: PLR0917 - enqueue's keywords, in order
     name: object, queue: object, priority: object, run_at: object, delay: object, max_attempts: object,
-    key: object, now: datetime, default_max_attempts: int,
+    key: object, now: datetime | None, default_max_attempts: int,
 ) -> dict[str, Any]:
-    """Every checked :class:`NewJob` field but the payload."""
+    """Every checked :class:`NewJob` (``now`` given) or :class:`StoreTimedJob` field but the payload."""
     checked_name = check_name(name, "name")
     checked_queue = check_name(queue, "queue")
     checked_key = check_name(key, "key", optional=True)
@@ -409,31 +461,51 @@ def _job_options(  # noqa: PLR0917 - enqueue's keywords, in order
     checked_attempts = check_int(attempts, "max_attempts", 1, MAX_ATTEMPTS)
     if run_at is not None and delay is not None:
         raise OptionInvalid("both run_at and delay were given", "pass one of run_at or delay")
-    if run_at is not None:
-        due = check_time(run_at, "run_at")
-    elif delay is not None:
-        due = to_millis(now + check_duration(delay, "delay"))
+    given = None if run_at is None else check_time(run_at, "run_at")
+    wait = None if delay is None else check_duration(delay, "delay")
+    options: dict[str, Any] = {
+        "name": checked_name, "queue": checked_queue, "priority": checked_priority,
+        "max_attempts": checked_attempts, "key": checked_key,
+    }
+    if now is None:  # the store adds the delay to its own now
+        options["run_at"] = given
+        options["delay"] = timedelta(0) if wait is None else wait // _MS * _MS
+        return options
+    if given is not None:
+        due = given
+    elif wait is not None:
+        due = to_millis(now + wait)
     else:
         due = now
-    return {
-        "name": checked_name, "queue": checked_queue, "priority": checked_priority, "run_at": due,
-        "max_attempts": checked_attempts, "key": checked_key,
-        "state": JobState.SCHEDULED if due > now else JobState.READY,
-    }
+    options["run_at"] = due
+    options["state"] = JobState.SCHEDULED if due > now else JobState.READY
+    return options
 
 
-def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[NewJob]:
+@overload
+def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = ...) -> list[NewJob]: ...
+
+
+@overload
+def new_jobs(specs: object, *, now: None, default_max_attempts: int = ...) -> list[StoreTimedJob]: ...
+
+
+def new_jobs(
+    specs: object, *, now: datetime | None, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[NewJob] | list[StoreTimedJob]:
     """Check a whole ``enqueue_many`` batch; one bad item refuses all of it.
 
     A batch usually repeats one set of options (one handle's name, queue, priority...):
-    each distinct set is checked once, and only the payloads item by item.
+    each distinct set is checked once, and only the payloads item by item. ``now=None``
+    answers :class:`StoreTimedJob` records, as :func:`new_job` does.
     """
     if isinstance(specs, str | bytes | Mapping) or not isinstance(specs, Iterable):
         raise OptionInvalid(
             f"specs must be a list of JobSpec or mappings, got {type(specs).__name__}",
             "pass a list, e.g. [JobSpec(name='x', payload={...})]",
         )
-    out: list[NewJob] = []
+    record: type[NewJob] | type[StoreTimedJob] = NewJob if now is not None else StoreTimedJob
+    out: list[Any] = []
     checked: dict[tuple[object, ...], dict[str, Any]] = {}
     last: tuple[object, ...] = ()
     options: dict[str, Any] = {}
@@ -469,7 +541,7 @@ def new_jobs(specs: object, *, now: datetime, default_max_attempts: int = DEFAUL
                 if memo:
                     checked[memo] = known
             options, last = known, values
-        out.append(NewJob(payload=encode_json(payload, "payload"), **options))
+        out.append(record(payload=encode_json(payload, "payload"), **options))
     return out
 
 

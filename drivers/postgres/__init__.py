@@ -3,8 +3,14 @@
 Every statement is a named constant in :mod:`._sql`, rendered once per schema. The hot
 path is one statement per call: ``claim`` (burial, reclaim and due rows with ``FOR
 UPDATE SKIP LOCKED``), ``ack_many`` (every row fenced on its own token), ``enqueue`` and
-``enqueue_many`` (with their wake-up NOTIFY), ``nack``, ``heartbeat``. Time is the
-driver clock, passed as ``%(now)s``; the SQL never reads ``now()``.
+``enqueue_many`` (with their wake-up NOTIFY), ``nack``, ``heartbeat``, ``start``.
+
+Time (F01). Every time decision is made by the statement on the store's clock
+(:data:`._sql.NOW`); the driver sends ``now = None`` unless a clock was injected, which
+then stands in for the store's. The inserts answer the store's now once, so the driver
+builds the new jobs from what it sent and that now. ``driver.clock`` is then a
+:class:`~jobcore.clock.StoreClock` reading ``now()`` from the store, for what callers
+compute ahead of a call.
 
 Faults. Every call runs through :func:`._errors.translated`, the one translation point.
 Pooled connections are probed without a round trip when taken (a server that dropped
@@ -39,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
-from jobcore.clock import Clock, SystemClock, to_millis
+from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job, stored_job
@@ -48,7 +54,7 @@ from . import _schema
 from ._errors import translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
-from ._rows import decode_stored, epoch_ms, job_from_row, parse_id
+from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 from ._schedules import PostgresSchedules
 from ._sql import Statements
 
@@ -56,6 +62,7 @@ __all__ = ["PostgresDriver", "make_pool"]
 
 Row = tuple[Any, ...]
 _MAX_HOLDER_RETRIES = 5
+_MS = timedelta(milliseconds=1)
 
 
 def _alive(conn: psycopg.Connection[Any]) -> bool:
@@ -88,6 +95,25 @@ def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
     if ident is None or not isinstance(worker, str):
         return None
     return ident, worker, claim_no
+
+
+def _fenced(tokens: Sequence[ClaimToken]) -> tuple[list[tuple[int, str, int]], list[list[int]]]:
+    """The distinct tokens a row can match, as ``(id, worker_id, claim_no)`` items, and for
+    each item the input positions holding that token (a token given twice answers twice)."""
+    items: list[tuple[int, str, int]] = []
+    where: list[list[int]] = []
+    position: dict[tuple[int, str, int], int] = {}
+    for index, token in enumerate(tokens):
+        ident = _token_row(token)
+        if ident is None:
+            continue
+        at = position.get(ident)
+        if at is None:
+            position[ident] = at = len(items)
+            items.append(ident)
+            where.append([])
+        where[at].append(index)
+    return items, where
 
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
@@ -124,27 +150,43 @@ def make_pool(
     )
 
 
-def _inserted(id_: int, new: v.NewJob, now: datetime) -> Job:
-    """The job a keyless insert stored: exactly what was sent (checked, UTC, to the
-    millisecond) plus its id, with no row to read back."""
+def _inserted(id_: int, new: v.StoreTimedJob, due: tuple[datetime, JobState], now: datetime) -> Job:
+    """The job a keyless insert stored: what was sent (checked, UTC, to the millisecond),
+    its due time and state as the statement decided them on ``now`` (the store's), and its
+    id, with no row to read back."""
     return stored_job(
-        str(id_), new.name, new.queue, decode_stored(new.payload), new.state, new.priority, 0, new.max_attempts,
-        new.run_at, now, None, None, None, 0, None, None, None, None, (), False,
+        str(id_), new.name, new.queue, decode_stored(new.payload), due[1], new.priority, 0, new.max_attempts,
+        due[0], now, None, None, None, 0, None, None, None, None, (), False,
     )
 
 
-def _enqueue_items(news: Sequence[v.NewJob]) -> str:
+def _built(rows: Sequence[Row], news: Sequence[v.StoreTimedJob], now: datetime) -> list[Job]:
+    """The jobs of a keyless insert, from the ids it answered (in input order) and the store's ``now``."""
+    jobs = []
+    shape: tuple[datetime | None, timedelta] | None = None
+    due: tuple[datetime, JobState] = (now, JobState.READY)
+    for row, new in zip(rows, news, strict=True):
+        if shape is None or new.run_at is not shape[0] or new.delay != shape[1]:  # a batch mostly shares one
+            shape, due = (new.run_at, new.delay), new.due(now)
+        jobs.append(_inserted(row[0], new, due, now))
+    return jobs
+
+
+def _store_now(epoch_ms: int) -> datetime:
+    """The store's now as a statement answered it (epoch milliseconds)."""
+    return EPOCH + timedelta(milliseconds=epoch_ms)
+
+
+def _enqueue_items(news: Sequence[v.StoreTimedJob]) -> str:
     """The ``items`` parameter of the enqueue statements: one JSON array of rows (see ``_sql.ENQUEUE``)."""
     rows = []
-    stamp, text = None, ""
+    stamp: datetime | None = None
+    text: str | None = None
     for n in news:
         if n.run_at is not stamp:  # a batch mostly shares one due time: write it once
-            stamp, text = n.run_at, n.run_at.isoformat()
-        rows.append([n.name, n.queue, n.payload, _STATE_TEXT[n.state], n.priority, text, n.max_attempts, n.key])
+            stamp, text = n.run_at, None if n.run_at is None else n.run_at.isoformat()
+        rows.append([n.name, n.queue, n.payload, n.delay // _MS, n.priority, text, n.max_attempts, n.key])
     return json.dumps(rows)
-
-
-_STATE_TEXT = {state: state.value for state in JobState}
 
 
 _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
@@ -164,7 +206,8 @@ class PostgresDriver:
         dsn_or_pool: A libpq connection string/URL (the driver makes and owns a pool) or a
             ``psycopg_pool.ConnectionPool`` (shared; the driver never closes it).
         schema: The schema holding jobcore's tables.
-        clock: Source of "now" (default: UTC wall time).
+        clock: Source of "now" standing in for the store's clock (tests). Default: the
+            store's own clock; ``driver.clock`` is then a :class:`~jobcore.clock.StoreClock`.
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
         auto_migrate: Install or upgrade the schema on first use instead of raising
             ``JC_SCHEMA_OUTDATED`` (convenient for tests; production runs ``migrate``).
@@ -172,7 +215,7 @@ class PostgresDriver:
         pool_min, pool_max: Size of the pool this driver makes.
     """
 
-    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only"})
+    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
 
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
@@ -182,7 +225,9 @@ class PostgresDriver:
         self.schema = v.check_name(schema, "schema")
         if len(self.schema.encode()) > 63:
             raise OptionInvalid(f"schema name {schema!r:.80} is longer than 63 bytes", "use a shorter schema name")
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._injected = clock
+        """The clock standing in for the store's, or None: the statements read the store's."""
+        self.clock: Clock = clock if clock is not None else StoreClock(self._read_store_time)
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         self._auto_migrate = bool(auto_migrate)
         if isinstance(dsn_or_pool, str):
@@ -258,8 +303,19 @@ class PostgresDriver:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _now(self) -> datetime:
-        return to_millis(self.clock.now())
+    def _now(self) -> datetime | None:
+        """The ``now`` parameter of every statement: the injected clock's time, or None
+        (the statement reads the store's clock)."""
+        clock = self._injected
+        return None if clock is None else to_millis(clock.now())
+
+    def _read_store_time(self) -> datetime:
+        """The store's ``now()``, one round trip (``driver.clock``'s reading)."""
+        with translated(self.schema), self._connection() as conn:
+            row = conn.execute(self.q.STORE_NOW).fetchone()
+        assert row is not None
+        stamp: datetime = row[0]
+        return stamp
 
     def _ensure_schema(self) -> None:
         if self._schema_ok:
@@ -368,44 +424,47 @@ class PostgresDriver:
     ) -> Job:
         """Store one job (E01, E02); ``connection=`` joins the caller's transaction."""
         conn = self._check_conn(connection)
-        now = self._now()
         new = v.new_job(
             name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key, now=now, default_max_attempts=self._default_max_attempts,
+            max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
         )
-        return self._insert([new], now, conn)[0]
+        return self._insert([new], conn)[0]
 
     def enqueue_many(self, specs: Iterable[Any], *, connection: psycopg.Connection[Any] | None = None) -> list[Job]:
         """Store a batch in one round trip (E05); ``connection=`` joins the caller's transaction."""
         conn = self._check_conn(connection)
-        now = self._now()
-        news = v.new_jobs(specs, now=now, default_max_attempts=self._default_max_attempts)
-        return self._insert(news, now, conn) if news else []
+        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
+        return self._insert(news, conn) if news else []
 
-    def _insert(self, news: Sequence[v.NewJob], now: datetime, conn: psycopg.Connection[Any] | None) -> list[Job]:
+    def _insert(self, news: Sequence[v.StoreTimedJob], conn: psycopg.Connection[Any] | None) -> list[Job]:
+        """Insert checked jobs; the store decides their times (F01) and answers its now, from
+        which the keyless forms build each job as the statement stored it."""
+        now = self._now()
         if len(news) == 1 and news[0].key is None:  # the common case: one statement of scalars
             new = news[0]
             rows = self._fetch(self.q.ENQUEUE_ONE, {
-                "name": new.name, "queue": new.queue, "payload": new.payload, "state": new.state.value,
-                "priority": new.priority, "run_at": new.run_at, "max_attempts": new.max_attempts, "now": now,
+                "name": new.name, "queue": new.queue, "payload": new.payload, "priority": new.priority,
+                "run_at": new.run_at, "delay_ms": new.delay // _MS, "max_attempts": new.max_attempts, "now": now,
                 "channel": self.channel,
             }, conn=conn)
-            return [_inserted(rows[0][0], new, now)]
+            stamp = _store_now(rows[0][2])
+            return [_inserted(rows[0][0], new, new.due(stamp), stamp)]
         if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
             first = news[0]
-            shared = (first.name, first.queue, first.state, first.priority, first.run_at, first.max_attempts)
-            if all((n.name, n.queue, n.state, n.priority, n.run_at, n.max_attempts) == shared for n in news):
+            shared = (first.name, first.queue, first.priority, first.run_at, first.delay, first.max_attempts)
+            if all((n.name, n.queue, n.priority, n.run_at, n.delay, n.max_attempts) == shared for n in news):
                 # Every item's text is canonical JSON, so joining them makes the JSON array.
                 rows = self._fetch(self.q.ENQUEUE_UNIFORM, {
                     "payloads": f"[{','.join([n.payload for n in news])}]", "name": first.name,
-                    "queue": first.queue, "state": _STATE_TEXT[first.state], "priority": first.priority,
-                    "run_at": first.run_at, "max_attempts": first.max_attempts, "now": now, "channel": self.channel,
+                    "queue": first.queue, "priority": first.priority, "run_at": first.run_at,
+                    "delay_ms": first.delay // _MS, "max_attempts": first.max_attempts, "now": now,
+                    "channel": self.channel,
                 }, conn=conn)
             else:
                 rows = self._fetch(self.q.ENQUEUE_MANY, {
                     "items": _enqueue_items(news), "now": now, "channel": self.channel,
                 }, conn=conn)
-            return [_inserted(row[0], n, now) for row, n in zip(rows, news, strict=True)]
+            return _built(rows, news, _store_now(rows[0][1]))
         answers: dict[int, Job] = {}
         pending = list(range(len(news)))
         for _ in range(_MAX_HOLDER_RETRIES):
@@ -435,13 +494,13 @@ class PostgresDriver:
 
     def claim(
         self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (),
+        drop_exhausted: Iterable[str] = (), start: bool = True,
     ) -> ClaimResult:
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
-        now = self._now()
+        begin = v.check_bool(start, "start")
         rows = self._fetch(self.q.CLAIM, {
-            "queues": list(names), "worker": worker, "limit": size, "now": now, "now_ms": epoch_ms(now),
-            "expires": to_millis(now + span), "drop": sorted(drop),
+            "queues": list(names), "worker": worker, "limit": size, "now": self._now(), "lease_ms": span // _MS,
+            "drop": sorted(drop), "start": begin,
         }, retry=True)
         claimed: list[Claimed] = []
         buried: list[Job] = []
@@ -463,8 +522,25 @@ class PostgresDriver:
         fence = self._fence(token)
         if fence is None:
             return False
-        rows = self._fetch(self.q.HEARTBEAT, {**fence, "expires": to_millis(self._now() + span)}, retry=True)
+        rows = self._fetch(self.q.HEARTBEAT, {**fence, "now": self._now(), "lease_ms": span // _MS}, retry=True)
         return bool(rows)
+
+    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
+        if isinstance(tokens, str | bytes | ClaimToken) or not isinstance(tokens, Iterable):
+            raise OptionInvalid(
+                f"tokens must be a list of ClaimToken, got {type(tokens).__name__}", "pass [claimed.token, ...]"
+            )
+        checked = [v.check_token(token) for token in tokens]
+        answers = [False] * len(checked)
+        items, where = _fenced(checked)
+        if items:
+            # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
+            for (ordinal,) in self._fetch(self.q.START, {"items": json.dumps(items), "now": self._now()}, retry=True):
+                for index in where[ordinal - 1]:
+                    answers[index] = True
+        return answers
+
 
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
@@ -496,7 +572,7 @@ class PostgresDriver:
             if ident in seen:  # the same token twice: the first lands, the second finds it settled
                 continue
             seen.add(ident)
-            rows.append([*ident, text])
+            rows.append([ident[0], ident[1], ident[2], text])
             where.append(index)
         if not rows:
             return answers
@@ -520,11 +596,10 @@ class PostgresDriver:
         fence = self._fence(token)
         if fence is None:
             return None
-        now = self._now()
         rows = self._fetch(self.q.NACK, {
             **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
-            "dead_letter": dead_letter, "type": type_name, "message": message, "now": now,
-            "now_ms": epoch_ms(now), "retry_at": now if due is None else due, "channel": self.channel,
+            "dead_letter": dead_letter, "type": type_name, "message": message, "now": self._now(),
+            "retry_at": due, "channel": self.channel,
         })
         return job_from_row(rows[0]) if rows else None
 

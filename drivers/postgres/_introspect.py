@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import builtins
 import zlib
-from datetime import datetime
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg import errors as pg
 
 from jobcore import validate as v
-from jobcore.clock import to_millis
 from jobcore.driver import Duration
 from jobcore.errors import (
     BackendFailure,
@@ -43,7 +42,7 @@ from jobcore.records import (
 )
 
 from ._prune import Pruner
-from ._rows import epoch_ms, filter_params, job_from_row, parse_id
+from ._rows import EPOCH, filter_params, job_from_row, parse_id
 
 if TYPE_CHECKING:
     from . import PostgresDriver
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["PostgresIntrospector", "PostgresLeases"]
 
 _ALL = frozenset(JobState)
+_MS = timedelta(milliseconds=1)
 _CANCELLED_TEXT = "cancelled by an operator"
 
 
@@ -96,14 +96,13 @@ class PostgresIntrospector:
         )
 
     def stats(self) -> Stats:
-        now = self._d._now()
         counts: dict[str, dict[JobState, int]] = {}
         oldest: dict[str, Any] = {}
-        for queue, state, count, first_due in self._d._fetch(self._d.q.STATS, {"now": now}, retry=True):
+        for queue, state, count, age in self._d._fetch(self._d.q.STATS, {"now": self._d._now()}, retry=True):
             if state is not None:
                 counts.setdefault(queue, {})[JobState(state)] = int(count)
             else:
-                oldest[queue] = now - first_due
+                oldest[queue] = age
         return Stats(counts=counts, oldest_due_age=oldest)
 
     def dead_letters(self, queue: str | None = None, limit: int = v.DEFAULT_PAGE) -> builtins.list[Job]:
@@ -113,8 +112,7 @@ class PostgresIntrospector:
         return [job_from_row(r) for r in rows]
 
     def rescue(self) -> RescueResult:
-        now = self._d._now()
-        rows = self._d._fetch(self._d.q.RESCUE, {"now": now, "now_ms": epoch_ms(now), "channel": self._d.channel})
+        rows = self._d._fetch(self._d.q.RESCUE, {"now": self._d._now(), "channel": self._d.channel})
         requeued = sum(1 for r in rows if r[0] == 0)
         return RescueResult(requeued=requeued, buried=tuple(job_from_row(r[1:]) for r in rows if r[0] == 1))
 
@@ -123,8 +121,7 @@ class PostgresIntrospector:
         ident = parse_id(v.check_id(job_id))
         if ident is None:
             return None
-        now = self._d._now()
-        rows = self._d._fetch(self._d.q.CANCEL, {"id": ident, "now": now, "now_ms": epoch_ms(now), "message": text})
+        rows = self._d._fetch(self._d.q.CANCEL, {"id": ident, "now": self._d._now(), "message": text})
         return job_from_row(rows[0]) if rows else None
 
     def _state(self, ident: int, job_id: str) -> tuple[str, str, str | None]:
@@ -197,9 +194,8 @@ class PostgresIntrospector:
         params = filter_params(flt, LIVE_STATES)
         if params is None:
             return BulkResult(affected=0, remaining=0)
-        now = self._d._now()
         row = self._d._fetch(self._d.q.CANCEL_MANY, {
-            **params, "limit": size, "now": now, "now_ms": epoch_ms(now), "message": text,
+            **params, "limit": size, "now": self._d._now(), "message": text,
         })[0]
         return BulkResult(affected=row[0], remaining=max(0, row[1] - row[0]))
 
@@ -213,15 +209,14 @@ class PostgresIntrospector:
             return BulkResult(affected=0, remaining=0)
         q = self._d.q
         with self._d._transaction() as conn:
-            now = self._d._now()
             ids = [r[0] for r in conn.execute(q.REQUEUE_MANY_PICK, {**params, "limit": size}).fetchall()]
             affected = 0
             if ids:
                 span = v.default_spread(len(ids)) if window is None else window
-                due: builtins.list[datetime] = [v.spread_run_at(now, span, i, len(ids)) for i in range(len(ids))]
-                states = [JobState.READY.value if t <= now else JobState.SCHEDULED.value for t in due]
+                # Offsets from the store's now (the statement adds them to it, F01), spread as for any driver.
+                offsets = [(v.spread_run_at(EPOCH, span, i, len(ids)) - EPOCH) // _MS for i in range(len(ids))]
                 applied = conn.execute(q.REQUEUE_MANY_APPLY, {
-                    "ids": ids, "run_ats": due, "states": states, "channel": self._d.channel,
+                    "ids": ids, "offsets_ms": offsets, "now": self._d._now(), "channel": self._d.channel,
                 }).fetchone()
                 affected = applied[0] if applied else 0
             left = conn.execute(q.REQUEUE_MANY_COUNT, params).fetchone()
@@ -266,21 +261,20 @@ class PostgresLeases:
         count = v.check_int(limit, "limit", 1, 1_000_000)
         span = v.check_lease(ttl, "ttl")
         q = self._d.q
+        now = self._d._now()
         with self._d._transaction() as conn:
-            now = self._d._now()
             conn.execute(q.LEASE_LOCK, {"space": self._space, "key": key})
             conn.execute(q.LEASE_PURGE, {"key": key, "now": now})
             row = conn.execute(q.LEASE_ACQUIRE, {
-                "key": key, "holder": holder, "expires": to_millis(now + span), "limit": count,
+                "key": key, "holder": holder, "now": now, "ttl_ms": span // _MS, "limit": count,
             }).fetchone()
         return row is not None
 
     def renew(self, key: str, holder: str, ttl: Duration) -> bool:
         key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
         span = v.check_lease(ttl, "ttl")
-        now = self._d._now()
         rows = self._d._fetch(self._d.q.LEASE_RENEW, {
-            "key": key, "holder": holder, "now": now, "expires": to_millis(now + span),
+            "key": key, "holder": holder, "now": self._d._now(), "ttl_ms": span // _MS,
         })
         return bool(rows)
 

@@ -21,6 +21,7 @@ tell a caller to call again, and the count never costs more than a bounded index
 # ruff: noqa: S608 - templates are built from constants and quoted identifiers only; values are bind parameters
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from jobcore import validate as v
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["COUNT_CAP", "PRUNE_BATCH", "PRUNE_COUNT", "Pruner"]
 
 _FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
+_CUTOFF: Final = f"({_sql.NOW} - c.age_us * interval '1 microsecond')"
+"""A state's cutoff on the store's clock (F01): finished at or before it is eligible. Ages
+travel in microseconds, so no rounding moves the cutoff (``finished_at`` is to the ms)."""
+
+_US: Final = timedelta(microseconds=1)
 
 COUNT_CAP: Final = v.MAX_PRUNE_ROWS
 """Most eligible rows ``remaining`` counts per state (a larger backlog reads as this many)."""
@@ -41,10 +47,10 @@ COUNT_CAP: Final = v.MAX_PRUNE_ROWS
 PRUNE_BATCH: Final = f"""
 WITH picked AS (
     SELECT p.id, p.finished_at
-    FROM unnest(%(states)s::text[], %(cutoffs)s::timestamptz[]) AS c(state, cutoff)
+    FROM unnest(%(states)s::text[], %(ages_us)s::bigint[]) AS c(state, age_us)
     CROSS JOIN LATERAL (
         SELECT j.id, j.finished_at FROM {{jobs}} AS j
-        WHERE j.state IN {_FINISHED} AND j.state = c.state AND j.finished_at <= c.cutoff
+        WHERE j.state IN {_FINISHED} AND j.state = c.state AND j.finished_at <= {_CUTOFF}
         ORDER BY j.finished_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -66,12 +72,12 @@ PRUNE_COUNT: Final = f"""
 SELECT c.state, (
     SELECT count(*) FROM (
         SELECT 1 FROM {{jobs}} AS j
-        WHERE j.state IN {_FINISHED} AND j.state = c.state AND j.finished_at <= c.cutoff
+        WHERE j.state IN {_FINISHED} AND j.state = c.state AND j.finished_at <= {_CUTOFF}
         ORDER BY j.finished_at
         LIMIT %(cap)s
     ) AS e
 )
-FROM unnest(%(states)s::text[], %(cutoffs)s::timestamptz[]) AS c(state, cutoff)
+FROM unnest(%(states)s::text[], %(ages_us)s::bigint[]) AS c(state, age_us)
 """
 """Eligible rows per state, each count an index scan of ``jobs_finished`` stopping at ``cap``.
 The ``ORDER BY`` (the index's order) keeps the generic plan, which cannot know how many
@@ -105,9 +111,12 @@ class Pruner:
         later call takes them). ``remaining`` is capped at :data:`COUNT_CAP` per state.
         """
         checked, total, size = v.check_prune(policy, limit, batch, dry_run=dry_run)
-        cutoffs = v.prune_cutoffs(checked, self._d._now())
+        cutoffs = {state: age for state in sorted(FINISHED_STATES) if (age := checked.age(state)) is not None}
         removed = dict.fromkeys(sorted(FINISHED_STATES), 0)
-        params = {"states": [s.value for s in cutoffs], "cutoffs": list(cutoffs.values())}
+        params = {
+            "states": [s.value for s in cutoffs], "ages_us": [age // _US for age in cutoffs.values()],
+            "now": self._d._now(),
+        }
         if cutoffs and not dry_run:
             while (done := sum(removed.values())) < total:
                 want = min(size, total - done)

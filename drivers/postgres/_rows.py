@@ -15,10 +15,11 @@ from typing import Any
 from jobcore.clock import to_millis
 from jobcore.records import Job, JobError, JobFilter, JobState, stored_job
 
-__all__ = ["decode_stored", "epoch_ms", "filter_params", "job_from_row", "parse_id"]
+__all__ = ["EPOCH", "decode_stored", "epoch_ms", "filter_params", "job_from_row", "parse_id"]
 
 _UTC = timezone.utc
-_EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
+_EPOCH = EPOCH
 _MAX_ID = 2**63 - 1
 _STATES = {state.value: state for state in JobState}
 _raw_decode = json.JSONDecoder().raw_decode

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from jobcore import validate as v
 from jobcore.records import JobSpec, Schedule, ScheduleOutcome
 
-from ._sql import render
+from ._sql import NOW, render
 
 if TYPE_CHECKING:
     from . import PostgresDriver
@@ -37,7 +37,7 @@ _LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
 
 DECLARE: Final = f"""
 INSERT INTO {{schedules}} AS s (name, definition, watermark, paused, created_at, updated_at)
-VALUES (%(name)s, %(definition)s, %(watermark)s, false, %(now)s, %(now)s)
+VALUES (%(name)s, %(definition)s, coalesce(%(watermark)s::timestamptz, {NOW}), false, {NOW}, {NOW})
 ON CONFLICT (name) DO UPDATE SET
     definition = EXCLUDED.definition,
     updated_at = CASE WHEN s.definition = EXCLUDED.definition THEN s.updated_at ELSE EXCLUDED.updated_at END
@@ -57,8 +57,8 @@ _OVERLAPPED: Final = f"""(NOT %(overlap)s AND EXISTS (
 FIRE: Final = f"""
 UPDATE {{schedules}} AS s SET
     watermark = %(occurrence)s,
-    last_fired_at = %(now)s,
-    updated_at = %(now)s,
+    last_fired_at = {NOW},
+    updated_at = {NOW},
     last_outcome = CASE WHEN {_OVERLAPPED} THEN 'skipped_overlap' ELSE %(outcome)s::text END
 WHERE s.name = %(name)s AND s.watermark = %(expected)s AND NOT s.paused
 RETURNING {_COLS}, {_OVERLAPPED}"""
@@ -69,7 +69,7 @@ UPDATE {{schedules}} AS s SET last_job_id = %(job_id)s WHERE s.name = %(name)s R
 PAUSE: Final = f"""
 UPDATE {{schedules}} AS s SET
     paused = true,
-    updated_at = CASE WHEN s.paused THEN s.updated_at ELSE %(now)s END
+    updated_at = CASE WHEN s.paused THEN s.updated_at ELSE {NOW} END
 WHERE s.name = %(name)s
 RETURNING {_COLS}"""
 
@@ -77,8 +77,8 @@ RETURNING {_COLS}"""
 RESUME: Final = f"""
 UPDATE {{schedules}} AS s SET
     paused = false,
-    watermark = CASE WHEN s.paused THEN greatest(s.watermark, %(now)s) ELSE s.watermark END,
-    updated_at = CASE WHEN s.paused THEN %(now)s ELSE s.updated_at END
+    watermark = CASE WHEN s.paused THEN greatest(s.watermark, {NOW}) ELSE s.watermark END,
+    updated_at = CASE WHEN s.paused THEN {NOW} ELSE s.updated_at END
 WHERE s.name = %(name)s
 RETURNING {_COLS}"""
 
@@ -131,9 +131,8 @@ class PostgresSchedules:
         key = v.check_schedule_name(name)
         text = v.check_schedule_definition(definition)
         begin = None if start is None else v.check_time(start, "start")
-        now = self._d._now()
         answer = self._one(self.q.DECLARE, {
-            "name": key, "definition": text, "watermark": now if begin is None else begin, "now": now,
+            "name": key, "definition": text, "watermark": begin, "now": self._d._now(),
         })
         assert answer is not None  # an upsert always answers its row
         return answer
@@ -152,11 +151,10 @@ class PostgresSchedules:
         key = v.check_schedule_name(name)
         old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
         d = self._d
-        now = d._now()
-        spec = None if job is None else v.new_jobs([job], now=now, default_max_attempts=d._default_max_attempts)[0]
+        spec = None if job is None else v.new_jobs([job], now=None, default_max_attempts=d._default_max_attempts)[0]
         with d._transaction() as conn:
             rows = d._fetch(self.q.FIRE, {
-                "name": key, "expected": old, "occurrence": new, "now": now, "outcome": result.value,
+                "name": key, "expected": old, "occurrence": new, "now": d._now(), "outcome": result.value,
                 "overlap": allow_overlap,
             }, conn=conn)
             if not rows:
@@ -164,7 +162,7 @@ class PostgresSchedules:
             answer, skipped = schedule_from_row(rows[0]), rows[0][-1]
             if spec is None or skipped:
                 return answer
-            enqueued = d._insert([spec], now, conn)[0]
+            enqueued = d._insert([spec], conn)[0]
             rows = d._fetch(self.q.SET_JOB, {"name": key, "job_id": int(enqueued.id)}, conn=conn)
             return schedule_from_row(rows[0])
 

@@ -96,6 +96,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """ALTER TABLE {jobs} SET (fillfactor = 90, autovacuum_vacuum_cost_limit = 2000,
             vacuum_truncate = false)""",
     ),
+    # 6: held claims (F04): a running row claimed with start=False whose attempt has not
+    # started. A constant default, so adding the column rewrites no row (PostgreSQL 11+).
+    # No index reads it: starting a held claim touches no indexed column and can be HOT.
+    ("ALTER TABLE {jobs} ADD COLUMN held boolean NOT NULL DEFAULT false",),
 )
 LATEST: Final = len(MIGRATIONS)
 

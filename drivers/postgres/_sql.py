@@ -4,7 +4,14 @@ Templates name their tables as ``{jobs}``, ``{leases}``, ``{versions}`` and ``{s
 :class:`Statements` fills those with quoted identifiers of the configured schema once per
 driver and keeps the rendered bytes, so the hot path never composes SQL. Values are
 always bind parameters (``%(name)s``); nothing a caller passes is ever spliced into text.
-Every time comparison takes ``%(now)s`` (the driver clock), never ``now()``.
+
+Time (F01): every time decision and every stored time reads :data:`NOW`, the store's
+clock (``now()``, to the millisecond) unless the driver passes ``%(now)s`` (a test's
+injected clock, which then stands in for the store's). Values derived from now are
+computed here too, never by the client: lease expiry (``NOW + lease``), a delay's due
+time, epoch milliseconds of error entries, prune cutoffs. Durations travel as whole
+milliseconds (microseconds for prune ages) times an interval, which has no day part, so
+the arithmetic never depends on the session's time zone.
 
 Rows come back as :data:`JOB_COLUMNS` in that order; ``_rows.job_from_row`` maps them.
 Payloads and results are ``text`` holding the canonical JSON of ``validate.encode_json``
@@ -40,12 +47,33 @@ def _lean(prefix: str) -> str:
 _LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
 _FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
 
+NOW: Final = "coalesce(%(now)s::timestamptz, date_trunc('milliseconds', now()))"
+"""The store's time for a statement: ``now()`` (the transaction's start, so one value
+throughout a statement or transaction) to the millisecond, or the injected clock's
+``%(now)s`` when the driver passes one. The only place the SQL reads a clock. A stable
+expression, so index scans and generic plans compare against it like a parameter."""
 
-def _entry(type_sql: str, message_sql: str) -> str:
-    """An error-history entry appended to ``j.errors`` (``j.attempt`` is the attempt it ended)."""
+NOW_MS: Final = f"(extract(epoch FROM {NOW}) * 1000)::bigint"
+""":data:`NOW` as epoch milliseconds (error entries; answered to the driver by enqueue)."""
+
+
+def _ms(param: str) -> str:
+    """The interval of whole milliseconds bind parameter ``param`` holds."""
+    return f"(%({param})s::bigint * interval '1 millisecond')"
+
+
+_HELD: Final = "(CASE WHEN j.held THEN 1 ELSE 0 END)"
+"""1 for a held claim (F04), whose attempt a settle or a start begins now."""
+_STARTED_AT: Final = f"(CASE WHEN j.held THEN {NOW} ELSE j.attempted_at END)"
+_ATTEMPT_NOW: Final = f"(j.attempt + {_HELD})"
+"""The attempt a settle ends: a held claim's starts with the settle."""
+
+
+def _entry(type_sql: str, message_sql: str, attempt_sql: str = "j.attempt") -> str:
+    """An error-history entry appended to ``j.errors`` (``attempt_sql`` is the attempt it ended)."""
     return (
         f"j.errors || jsonb_build_array(jsonb_build_object('type', {type_sql}, 'message', {message_sql}, "
-        "'at', %(now_ms)s::bigint, 'attempt', j.attempt))"
+        f"'at', {NOW_MS}, 'attempt', {attempt_sql}))"
     )
 
 
@@ -75,17 +103,29 @@ _FILTER: Final = (
 
 # --- enqueue --------------------------------------------------------------------------
 
+_ITEM_RUN_AT: Final = f"coalesce((t.item->>5)::timestamptz, {NOW} + (t.item->>3)::bigint * interval '1 millisecond')"
+"""An enqueue item's due time: its ``run_at``, else the store's now plus its delay (ms)."""
+
+_RUN_AT: Final = f"coalesce(%(run_at)s::timestamptz, {NOW} + {_ms('delay_ms')})"
+"""The due time of enqueue's scalar forms: ``run_at`` when given, else the store's now plus ``delay_ms``."""
+
+
+def _state_for(run_at_sql: str) -> str:
+    """``scheduled`` when due after the store's now, else ``ready`` (E01)."""
+    return f"(CASE WHEN {run_at_sql} > {NOW} THEN 'scheduled' ELSE 'ready' END)"
+
+
 ENQUEUE: Final = f"""
 WITH input AS (
     SELECT nextval({{seq}}) AS id, t.ord, t.item->>0 AS name, t.item->>1 AS queue, t.item->>2 AS payload,
-           t.item->>3 AS state, (t.item->>4)::int AS priority, (t.item->>5)::timestamptz AS run_at,
+           (t.item->>4)::int AS priority, {_ITEM_RUN_AT} AS run_at,
            (t.item->>6)::int AS max_attempts, t.item->>7 AS key
     FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)
 ), ins AS (
     INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                              created_at, claim_no, key, errors)
-    SELECT i.id, i.name, i.queue, i.payload, i.state, i.priority, 0, i.max_attempts, i.run_at,
-           %(now)s, 0, i.key, '[]'::jsonb
+    SELECT i.id, i.name, i.queue, i.payload, {_state_for("i.run_at")}, i.priority, 0, i.max_attempts, i.run_at,
+           {NOW}, 0, i.key, '[]'::jsonb
     FROM input AS i ORDER BY i.name, i.key, i.ord
     ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {_LIVE} DO NOTHING
     RETURNING {_COLS}
@@ -102,7 +142,8 @@ FROM input AS i JOIN ins ON ins.name = i.name AND ins.key = i.key AND ins.id <> 
 WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id)
 """
 """One round trip for one job or a batch (E01, E02, E05). The batch arrives as one JSON
-array of ``[name, queue, payload, state, priority, run_at, max_attempts, key]`` rows (one
+array of ``[name, queue, payload, delay_ms, priority, run_at or null, max_attempts, key]``
+rows (due at ``run_at`` when given, else the store's now plus the delay; one
 C-encoded text parameter costs the client far less than eight adapted arrays). Ids come
 from the sequence in input order; rows are inserted in (name, key) order, so batches racing on the same keys
 wait for each other in one order and cannot deadlock. A key conflict inserts nothing;
@@ -111,49 +152,52 @@ A holder committed by another transaction after this statement's snapshot is not
 visible here; the driver looks it up with :data:`KEY_HOLDER` (a fresh snapshot) and
 retries the insert if it finished."""
 
-ENQUEUE_ONE: Final = """
-INSERT INTO {jobs} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+ENQUEUE_ONE: Final = f"""
+INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                          created_at, claim_no, key, errors)
-VALUES (nextval({seq}), %(name)s::text, %(queue)s::text, %(payload)s::text, %(state)s::text,
-        %(priority)s::int, 0, %(max_attempts)s::int, %(run_at)s::timestamptz, %(now)s::timestamptz, 0, NULL,
-        '[]'::jsonb)
-RETURNING j.id, (CASE WHEN j.state = 'ready' THEN pg_notify(%(channel)s, j.queue) END) IS NOT NULL AS woke
+VALUES (nextval({{seq}}), %(name)s::text, %(queue)s::text, %(payload)s::text, {_state_for(_RUN_AT)},
+        %(priority)s::int, 0, %(max_attempts)s::int, {_RUN_AT}, {NOW}, 0, NULL, '[]'::jsonb)
+RETURNING j.id, (CASE WHEN j.state = 'ready' THEN pg_notify(%(channel)s, j.queue) END) IS NOT NULL AS woke,
+          {NOW_MS} AS now_ms
 """
 """One job without an idempotency key (E01): no conflict is possible, so the plain
 insert of scalars skips :data:`ENQUEUE`'s arrays and duplicate branches. It answers only
-the new id (the driver builds the job from what it sent, as for :data:`ENQUEUE_MANY`), and
-NOTIFYs the queue from ``RETURNING`` when the job is due (delivered at commit): without a
-CTE around the insert, a round trip was 2-7% shorter in alternating runs."""
+the new id and the store's now (epoch ms): the driver builds the job from what it sent
+and that now, deciding due time and state as this statement did, as for
+:data:`ENQUEUE_MANY`. It NOTIFYs the queue from ``RETURNING`` when the job is due
+(delivered at commit): without a CTE around the insert, a round trip was 2-7% shorter in
+alternating runs."""
 
 ENQUEUE_MANY: Final = f"""
 WITH ins AS (
     INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                              created_at, claim_no, key, errors)
-    SELECT nextval({{seq}}), t.item->>0, t.item->>1, t.item->>2, t.item->>3, (t.item->>4)::int, 0,
-           (t.item->>6)::int, (t.item->>5)::timestamptz, %(now)s::timestamptz, 0, NULL, '[]'::jsonb
+    SELECT nextval({{seq}}), t.item->>0, t.item->>1, t.item->>2, {_state_for("r.run_at")}, (t.item->>4)::int, 0,
+           (t.item->>6)::int, r.run_at, {NOW}, 0, NULL, '[]'::jsonb
     FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)
+    CROSS JOIN LATERAL (SELECT {_ITEM_RUN_AT} AS run_at) AS r
     ORDER BY t.ord
     RETURNING j.id, j.queue, j.state
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
-SELECT ins.id FROM ins CROSS JOIN woke ORDER BY ins.id
+SELECT ins.id, {NOW_MS} FROM ins CROSS JOIN woke ORDER BY ins.id
 """
 """A batch without idempotency keys (E05): nothing can conflict, so a plain insert from the
 JSON rows (as :data:`ENQUEUE` takes them); ``nextval`` runs after the sort, so ids follow
-input order. It answers only the ids, in that order: every other column of a new row is
-what the driver sent, so the driver builds the jobs itself (a third less server time and
-no row decoding)."""
+input order. It answers only the ids, in that order, each with the store's now (epoch
+ms): every other column of a new row is what the driver sent or follows from that now,
+so the driver builds the jobs itself (a third less server time and no row decoding)."""
 
 ENQUEUE_UNIFORM: Final = f"""
 WITH ins AS (
     INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                              created_at, claim_no, key, errors)
-    SELECT nextval({{seq}}), %(name)s::text, %(queue)s::text, t.payload::text, %(state)s::text, %(priority)s::int, 0,
-           %(max_attempts)s::int, %(run_at)s::timestamptz, %(now)s::timestamptz, 0, NULL, '[]'::jsonb
+    SELECT nextval({{seq}}), %(name)s::text, %(queue)s::text, t.payload::text, {_state_for(_RUN_AT)},
+           %(priority)s::int, 0, %(max_attempts)s::int, {_RUN_AT}, {NOW}, 0, NULL, '[]'::jsonb
     FROM json_array_elements(%(payloads)s::json) WITH ORDINALITY AS t(payload, ord)
     ORDER BY t.ord
     RETURNING j.id, j.queue, j.state
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
-SELECT ins.id FROM ins CROSS JOIN woke ORDER BY ins.id
+SELECT ins.id, {NOW_MS} FROM ins CROSS JOIN woke ORDER BY ins.id
 """
 """:data:`ENQUEUE_MANY` for the usual batch, whose items share every option but the payload
 (one handle's ``enqueue_many``): the options are sent once, and the payloads as one JSON
@@ -171,13 +215,13 @@ WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {_LIVE}
 CLAIM: Final = f"""
 WITH spent AS (
     SELECT j.id FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= %(now)s
-      AND j.attempt >= j.max_attempts
+    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
+      AND j.attempt >= j.max_attempts AND NOT j.held
     FOR UPDATE SKIP LOCKED
 ), lapsed AS (
     SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= %(now)s
-      AND j.attempt < j.max_attempts
+    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
+      AND (j.attempt < j.max_attempts OR j.held)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -186,7 +230,7 @@ WITH spent AS (
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
-        WHERE j.state IN ('ready', 'scheduled') AND j.queue = q.name AND j.run_at <= %(now)s
+        WHERE j.state IN ('ready', 'scheduled') AND j.queue = q.name AND j.run_at <= {NOW}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -202,15 +246,17 @@ WITH spent AS (
 ), buried AS (
     UPDATE {{jobs}} AS j SET
         state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
-        finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+        finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     WHERE j.id = ANY(ARRAY(SELECT f.id FROM spent AS f))
     RETURNING 1 AS kind, {_COLS}
 ), taken AS (
     UPDATE {{jobs}} AS j SET
-        state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1, attempt = j.attempt + 1,
-        attempted_at = %(now)s, lease_expires_at = %(expires)s,
-        errors = CASE WHEN j.state = 'running' THEN {_LEASE_EXPIRED} ELSE j.errors END
+        state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1,
+        attempt = j.attempt + (CASE WHEN %(start)s::boolean THEN 1 ELSE 0 END),
+        attempted_at = CASE WHEN %(start)s::boolean THEN {NOW} ELSE j.attempted_at END,
+        held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {_ms("lease_ms")},
+        errors = CASE WHEN j.state = 'running' AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
     RETURNING 0 AS kind, {_COLS}
 )
@@ -220,30 +266,48 @@ SELECT kind, 0, {_BARE} FROM buried
 ORDER BY 1, 2, priority DESC, run_at, id
 """
 """One statement per claim batch (C01-C08): burial of lapsed final attempts, reclaim of
-lapsed rows with attempts left (first, recording ``LeaseExpired``), then due rows per
+lapsed rows with attempts left (first, recording ``LeaseExpired``; a lapsed held claim,
+F04, is taken as it was, nothing recorded, never buried), then due rows per
 queue in (priority desc, run_at, id) order, each queue read through the partial index
 ``jobs_due`` (LATERAL, so every queue's scan stops after ``limit`` rows). SKIP LOCKED
 lets concurrent claimers pass each other; a row another claim moved is re-checked
-against the WHERE clause (READ COMMITTED re-evaluation) before it is taken."""
+against the WHERE clause (READ COMMITTED re-evaluation) before it is taken. With
+``start`` false the taken rows are held: ``attempt`` and ``attempted_at`` stay."""
 
-HEARTBEAT: Final = """
-UPDATE {jobs} AS j SET lease_expires_at = %(expires)s
+HEARTBEAT: Final = f"""
+UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {_ms("lease_ms")}
 WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
 RETURNING j.id
 """
 
+_TOKENS: Final = """jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)"""
+_FENCED: Final = """j.id = (t.item->>0)::bigint AND j.state = 'running' AND j.worker_id = t.item->>1
+  AND j.claim_no = (t.item->>2)::bigint"""
+
+START: Final = f"""
+UPDATE {{jobs}} AS j SET attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
+FROM {_TOKENS}
+WHERE {_FENCED}
+RETURNING t.ord
+"""
+"""Start held attempts (F04), one statement per batch, each row fenced on its own token
+(items as :data:`ACK_MANY` takes them, without the result). A started row is written
+unchanged, so a repeated start answers its item again. It sets no indexed column (nor
+``state``, which the partial indexes' predicates read), so the update can be HOT."""
+
 ACK_MANY: Final = f"""
 UPDATE {{jobs}} AS j SET
-    state = 'done', result = t.item->>3, finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL
-FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)
-WHERE j.id = (t.item->>0)::bigint AND j.state = 'running' AND j.worker_id = t.item->>1
-  AND j.claim_no = (t.item->>2)::bigint
+    state = 'done', result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+    attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
+FROM {_TOKENS}
+WHERE {_FENCED}
 RETURNING t.ord, {_lean("j")}
 """
 """One round trip for a batch of acks (S01, S07); each row fenced on its own token. The
 items are one JSON array of ``[id, worker_id, claim_no, result text or null]``: one
 parameter the client writes in C, where four arrays took a Python loop per element. Claim
-and ack, the statements every job passes through, send an empty error history as NULL."""
+and ack, the statements every job passes through, send an empty error history as NULL.
+A held claim is started first (F04): its attempt counts."""
 
 ACK_MANY_LANDED: Final = ACK_MANY.split("RETURNING")[0] + "RETURNING t.ord\n"
 """:data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
@@ -254,7 +318,7 @@ WITH cur AS (
     SELECT j.id, CASE
         WHEN %(fail)s::boolean THEN 'failed'
         WHEN %(park)s::boolean THEN 'suspended'
-        WHEN j.attempt - %(give_back)s::int >= j.max_attempts
+        WHEN {_ATTEMPT_NOW} - %(give_back)s::int >= j.max_attempts
             THEN CASE WHEN %(dead_letter)s::boolean THEN 'dead' ELSE 'failed' END
         ELSE 'scheduled' END AS target
     FROM {{jobs}} AS j
@@ -262,17 +326,20 @@ WITH cur AS (
     FOR UPDATE
 ), upd AS (
     UPDATE {{jobs}} AS j SET
-        state = c.target, attempt = j.attempt - %(give_back)s::int,
-        errors = {_entry("%(type)s::text", "%(message)s::text")},
+        state = c.target, attempt = {_ATTEMPT_NOW} - %(give_back)s::int,
+        attempted_at = {_STARTED_AT}, held = false,
+        errors = {_entry("%(type)s::text", "%(message)s::text", _ATTEMPT_NOW)},
         lease_expires_at = NULL, worker_id = NULL,
-        finished_at = CASE WHEN c.target IN ('failed', 'dead') THEN %(now)s ELSE j.finished_at END,
-        run_at = CASE WHEN c.target = 'scheduled' THEN %(retry_at)s ELSE j.run_at END
+        finished_at = CASE WHEN c.target IN ('failed', 'dead') THEN {NOW} ELSE j.finished_at END,
+        run_at = CASE WHEN c.target = 'scheduled' THEN coalesce(%(retry_at)s::timestamptz, {NOW}) ELSE j.run_at END
     FROM cur AS c WHERE j.id = c.id
     RETURNING {_COLS}
-), {_WOKE.format(source="upd", cond="u.state = 'scheduled' AND u.run_at <= %(now)s")}
+), {_WOKE.format(source="upd", cond=f"u.state = 'scheduled' AND u.run_at <= {NOW}")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """
-"""The nack target (S02-S05), first match wins: fail, park, out of attempts, retry."""
+"""The nack target (S02-S05), first match wins: fail, park, out of attempts, retry (at
+``retry_at`` when given, else the store's now). A held claim is started first (F04), so
+giving it back uncounted leaves its attempt as it was."""
 
 # --- introspection and operator verbs ---------------------------------------------------
 
@@ -292,12 +359,13 @@ WHERE {_FILTER} AND j.id > %(cursor)s::bigint
 ORDER BY j.id ASC LIMIT %(limit)s
 """
 
-STATS: Final = """
-SELECT j.queue, j.state, count(*), NULL::timestamptz FROM {jobs} AS j GROUP BY j.queue, j.state
+STATS: Final = f"""
+SELECT j.queue, j.state, count(*), NULL::interval FROM {{jobs}} AS j GROUP BY j.queue, j.state
 UNION ALL
-SELECT j.queue, NULL, NULL, min(j.run_at) FROM {jobs} AS j
-WHERE j.state IN ('ready', 'scheduled') AND j.run_at <= %(now)s GROUP BY j.queue
+SELECT j.queue, NULL, NULL, {NOW} - min(j.run_at) FROM {{jobs}} AS j
+WHERE j.state IN ('ready', 'scheduled') AND j.run_at <= {NOW} GROUP BY j.queue
 """
+"""Counts per (queue, state), then per queue the age of its oldest due job on the store's clock (O08)."""
 
 DEAD_LETTERS: Final = f"""
 SELECT {_COLS} FROM {{jobs}} AS j
@@ -307,19 +375,19 @@ ORDER BY j.finished_at DESC, j.id DESC LIMIT %(limit)s
 
 RESCUE: Final = f"""
 WITH lapsed AS (
-    SELECT j.id, j.attempt >= j.max_attempts AS spent FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.lease_expires_at <= %(now)s
+    SELECT j.id, j.attempt >= j.max_attempts AND NOT j.held AS spent FROM {{jobs}} AS j
+    WHERE j.state = 'running' AND j.lease_expires_at <= {NOW}
     FOR UPDATE SKIP LOCKED
 ), buried AS (
     UPDATE {{jobs}} AS j SET
-        state = 'dead', finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+        state = 'dead', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     FROM lapsed AS l WHERE j.id = l.id AND l.spent
     RETURNING 1 AS kind, {_COLS}
 ), back AS (
     UPDATE {{jobs}} AS j SET
-        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = %(now)s,
-        errors = {_LEASE_EXPIRED}
+        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
+        errors = CASE WHEN j.held THEN j.errors ELSE {_LEASE_EXPIRED} END
     FROM lapsed AS l WHERE j.id = l.id AND NOT l.spent
     RETURNING 0 AS kind, {_COLS}
 ), {_WOKE.format(source="back", cond="true")}
@@ -328,11 +396,12 @@ UNION ALL
 SELECT back.kind, {", ".join(f"back.{c}" for c in JOB_COLUMNS)} FROM back CROSS JOIN woke
 ORDER BY kind, id
 """
-"""C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``."""
+"""C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``.
+A lapsed held claim (F04) goes back as it was: nothing recorded, never buried."""
 
 CANCEL: Final = f"""
 UPDATE {{jobs}} AS j SET
-    state = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+    state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
     errors = {_entry("'Cancelled'::text", "%(message)s::text")}
 WHERE j.id = %(id)s AND j.state IN {_LIVE}
 RETURNING {_COLS}
@@ -340,7 +409,7 @@ RETURNING {_COLS}
 
 REQUEUE: Final = f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', attempt = 0, run_at = %(now)s, finished_at = NULL, result = NULL
+    UPDATE {{jobs}} AS j SET state = 'ready', attempt = 0, run_at = {NOW}, finished_at = NULL, result = NULL
     WHERE j.id = %(id)s AND j.state IN {_FINISHED}
       AND (j.key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {_LIVE}))
@@ -353,7 +422,7 @@ REMOVE: Final = f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND j.state <> '
 
 MAKE_DUE: Final = f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', run_at = %(now)s, attempt = LEAST(j.attempt, j.max_attempts - 1)
+    UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}, attempt = LEAST(j.attempt, j.max_attempts - 1)
     WHERE j.id = %(id)s AND j.state = %(from_state)s
     RETURNING {_COLS}
 ), {_WOKE.format(source="upd", cond="true")}
@@ -369,7 +438,7 @@ _ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
 CANCEL_MANY: Final = f"""
 WITH {_TARGET}, upd AS (
     UPDATE {{jobs}} AS j SET
-        state = 'cancelled', finished_at = %(now)s, lease_expires_at = NULL, worker_id = NULL,
+        state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
         errors = {_entry("'Cancelled'::text", "%(message)s::text")}
     FROM target AS t WHERE j.id = t.id AND j.state IN {_LIVE}
     RETURNING j.id
@@ -386,7 +455,7 @@ SELECT (SELECT count(*) FROM del), {_ELIGIBLE}
 
 PROMOTE_MANY: Final = f"""
 WITH {_TARGET}, upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', run_at = %(now)s
+    UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}
     FROM target AS t WHERE j.id = t.id AND j.state = 'scheduled'
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
@@ -408,33 +477,36 @@ REQUEUE_MANY_PICK: Final = f"{_REQUEUEABLE} ORDER BY c.id LIMIT %(limit)s"
 REQUEUE_MANY_COUNT: Final = f"SELECT count(*) FROM ({_REQUEUEABLE}) AS r"
 REQUEUE_MANY_APPLY: Final = f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = t.state, attempt = 0, run_at = t.run_at, finished_at = NULL, result = NULL
-    FROM unnest(%(ids)s::bigint[], %(run_ats)s::timestamptz[], %(states)s::text[]) AS t(id, run_at, state)
+    UPDATE {{jobs}} AS j SET
+        state = CASE WHEN t.offset_ms > 0 THEN 'scheduled' ELSE 'ready' END, attempt = 0,
+        run_at = {NOW} + t.offset_ms * interval '1 millisecond', finished_at = NULL, result = NULL
+    FROM unnest(%(ids)s::bigint[], %(offsets_ms)s::bigint[]) AS t(id, offset_ms)
     WHERE j.id = t.id AND j.state IN {_FINISHED}
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), (SELECT n FROM woke)
 """
+"""Requeue the picked rows, each due its offset (ms) after the store's now (O06's spread)."""
 
 # --- fleet leases (rules K) -------------------------------------------------------------
 
 LEASE_LOCK: Final = "SELECT pg_advisory_xact_lock(%(space)s::int, hashtext(%(key)s::text))"
 """Serialises acquirers of one key, so two cannot both see a free slot."""
 
-LEASE_PURGE: Final = "DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.expires_at <= %(now)s"
+LEASE_PURGE: Final = f"DELETE FROM {{leases}} AS l WHERE l.key = %(key)s AND l.expires_at <= {NOW}"
 
-LEASE_ACQUIRE: Final = """
-INSERT INTO {leases} AS l (key, holder, expires_at)
-SELECT %(key)s, %(holder)s, %(expires)s
-WHERE EXISTS (SELECT 1 FROM {leases} AS o WHERE o.key = %(key)s AND o.holder = %(holder)s)
-   OR (SELECT count(*) FROM {leases} AS o WHERE o.key = %(key)s) < %(limit)s
+LEASE_ACQUIRE: Final = f"""
+INSERT INTO {{leases}} AS l (key, holder, expires_at)
+SELECT %(key)s, %(holder)s, {NOW} + {_ms("ttl_ms")}
+WHERE EXISTS (SELECT 1 FROM {{leases}} AS o WHERE o.key = %(key)s AND o.holder = %(holder)s)
+   OR (SELECT count(*) FROM {{leases}} AS o WHERE o.key = %(key)s) < %(limit)s
 ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at
 RETURNING l.holder
 """
 
-LEASE_RENEW: Final = """
-UPDATE {leases} AS l SET expires_at = %(expires)s
-WHERE l.key = %(key)s AND l.holder = %(holder)s AND l.expires_at > %(now)s
+LEASE_RENEW: Final = f"""
+UPDATE {{leases}} AS l SET expires_at = {NOW} + {_ms("ttl_ms")}
+WHERE l.key = %(key)s AND l.holder = %(holder)s AND l.expires_at > {NOW}
 RETURNING l.holder
 """
 
@@ -444,12 +516,16 @@ LEASE_RELEASE: Final = "DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.ho
 
 SCHEMA_VERSION: Final = "SELECT coalesce(max(v.version), 0) FROM {versions} AS v"
 
+STORE_NOW: Final = "SELECT now()"
+"""The store's time, for ``driver.clock`` (a :class:`~jobcore.clock.StoreClock`): what callers
+compute ahead of a call (a worker's retry time, a scheduler's next occurrence)."""
+
 _NAMES: Final = (
-    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY", "ENQUEUE_UNIFORM",
-    "KEY_HOLDER", "CLAIM", "HEARTBEAT", "ACK_MANY", "ACK_MANY_LANDED", "NACK", "GET", "JOB_STATE", "LIST_OLDER",
-    "LIST_NEWER", "STATS", "DEAD_LETTERS", "RESCUE", "CANCEL", "REQUEUE", "REMOVE", "MAKE_DUE", "CANCEL_MANY",
-    "REMOVE_MANY", "PROMOTE_MANY", "REQUEUE_MANY_PICK", "REQUEUE_MANY_COUNT", "REQUEUE_MANY_APPLY",
-    "LEASE_LOCK", "LEASE_PURGE", "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE", "SCHEMA_VERSION",
+    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY", "ENQUEUE_UNIFORM", "KEY_HOLDER", "CLAIM", "HEARTBEAT", "START",
+    "ACK_MANY", "ACK_MANY_LANDED", "NACK", "GET", "JOB_STATE", "LIST_OLDER", "LIST_NEWER", "STATS", "DEAD_LETTERS",
+    "RESCUE", "CANCEL", "REQUEUE", "REMOVE", "MAKE_DUE", "CANCEL_MANY", "REMOVE_MANY", "PROMOTE_MANY",
+    "REQUEUE_MANY_PICK", "REQUEUE_MANY_COUNT", "REQUEUE_MANY_APPLY", "LEASE_LOCK", "LEASE_PURGE", "LEASE_ACQUIRE",
+    "LEASE_RENEW", "LEASE_RELEASE", "SCHEMA_VERSION", "STORE_NOW",
 )
 
 
@@ -475,6 +551,7 @@ class Statements:
     KEY_HOLDER: bytes
     CLAIM: bytes
     HEARTBEAT: bytes
+    START: bytes
     ACK_MANY: bytes
     ACK_MANY_LANDED: bytes
     NACK: bytes
@@ -501,6 +578,7 @@ class Statements:
     LEASE_RENEW: bytes
     LEASE_RELEASE: bytes
     SCHEMA_VERSION: bytes
+    STORE_NOW: bytes
 
     def __init__(self, schema: str) -> None:
         idents = names(schema)

@@ -51,8 +51,9 @@ def _count(pool: Any, driver: Any) -> int:
 
 
 def _params(now: Any, limit: int) -> dict[str, Any]:
+    """Every finished state eligible as soon as it finished (age 0), on ``now`` (None: the store's clock)."""
     states = ["cancelled", "dead", "done", "failed"]
-    return {"states": states, "cutoffs": [now] * len(states), "limit": limit, "cap": limit}
+    return {"states": states, "ages_us": [0] * len(states), "now": now, "limit": limit, "cap": limit}
 
 
 # --- the migration ------------------------------------------------------------------------
@@ -88,8 +89,8 @@ def test_prune_reads_the_partial_index_in_generic_and_custom_plans(driver: Any, 
     _analyze(pool, driver)
     pruner = driver.introspect._pruner
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        plans = {name: generic_plan(conn, getattr(pruner.q, name), _params(START, 500))
-                 for name in ("PRUNE_BATCH", "PRUNE_COUNT")}
+        plans = {f"{name} now={now}": generic_plan(conn, getattr(pruner.q, name), _params(now, 500))
+                 for name in ("PRUNE_BATCH", "PRUNE_COUNT") for now in (START, None)}
     with pool.connection() as conn, conn.transaction(force_rollback=True):
         plans["custom"] = "\n".join(
             r[0] for r in conn.execute(b"EXPLAIN " + pruner.q.PRUNE_BATCH, _params(START, 500)).fetchall()
@@ -97,7 +98,8 @@ def test_prune_reads_the_partial_index_in_generic_and_custom_plans(driver: Any, 
     for name, plan in plans.items():
         assert "jobs_finished" in plan, (name, plan)
         assert "Seq Scan on jobs" not in plan, (name, plan)
-    assert "jobs_pkey" in plans["PRUNE_BATCH"], plans["PRUNE_BATCH"]  # the delete goes by primary key
+    for now in (START, None):  # the delete goes by primary key
+        assert "jobs_pkey" in plans[f"PRUNE_BATCH now={now}"], plans[f"PRUNE_BATCH now={now}"]
 
 
 # --- bounded batches and locks ---------------------------------------------------------------

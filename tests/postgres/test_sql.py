@@ -6,13 +6,12 @@ import io
 import json
 import re
 import tokenize
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from jobcore.drivers.postgres import PostgresDriver, _sql, make_pool
-from jobcore.drivers.postgres._rows import epoch_ms
 from jobcore.parity.plugin import START
 from psycopg import sql
 
@@ -39,12 +38,21 @@ def test_no_select_star_or_returning_star_in_the_driver() -> None:
         assert not re.search(r"\b[a-z_]+\.\*", text.replace("import *", "")), path.name
 
 
-def test_sql_never_reads_the_server_clock() -> None:
-    """Time comes from the driver clock as a parameter: no now()/current_timestamp in statements."""
+def test_every_clock_reading_is_the_store_now_an_injected_clock_can_replace() -> None:
+    """Statements read time only through ``_sql.NOW`` (the store's ``now()`` unless ``%(now)s``
+    is given, F01): no other clock function, and no ``%(now)s`` used on its own."""
+    assert _sql.NOW == "coalesce(%(now)s::timestamptz, date_trunc('milliseconds', now()))"
+    reading = 0
     for name in _sql._NAMES:
-        text = getattr(_sql, name).lower()
-        for word in ("now()", "current_timestamp", "clock_timestamp", "localtimestamp"):
-            assert word not in text, name
+        if name == "STORE_NOW":  # driver.clock's reading of the store's time
+            continue
+        template = getattr(_sql, name)
+        reading += _sql.NOW in template
+        text = template.replace(_sql.NOW, "").lower()
+        for word in ("now()", "current_timestamp", "clock_timestamp", "localtimestamp", "statement_timestamp",
+                     "%(now)s", "%(now_ms)s", "%(expires)s"):
+            assert word not in text, (name, word)
+    assert reading >= 20
 
 
 def test_driver_executes_only_named_statements() -> None:
@@ -60,12 +68,12 @@ def test_driver_executes_only_named_statements() -> None:
 
 def _claim_params(now: Any) -> dict[str, Any]:
     return {
-        "queues": ["default"], "worker": "w", "limit": 10, "now": now, "now_ms": epoch_ms(now),
-        "expires": now + timedelta(seconds=30), "drop": [],
+        "queues": ["default"], "worker": "w", "limit": 10, "now": now, "lease_ms": 30_000, "drop": [], "start": True,
     }
 
 
-def test_claim_reads_the_partial_indexes(driver: Any, pool: Any) -> None:
+@pytest.mark.parametrize("now", [START, None], ids=["injected_clock", "store_clock"])
+def test_claim_reads_the_partial_indexes(driver: Any, pool: Any, now: Any) -> None:
     """EXPLAIN of the claim with many finished rows: due rows come from jobs_due, lapsed from jobs_running."""
     with pool.connection() as conn:
         conn.execute(
@@ -80,7 +88,7 @@ def test_claim_reads_the_partial_indexes(driver: Any, pool: Any) -> None:
     driver.enqueue_many([{"name": "new"} for _ in range(20)])
     with pool.connection() as conn:
         plan = "\n".join(
-            r[0] for r in conn.execute(b"EXPLAIN " + driver.q.CLAIM, _claim_params(START)).fetchall()
+            r[0] for r in conn.execute(b"EXPLAIN " + driver.q.CLAIM, _claim_params(now)).fetchall()
         )
     assert "jobs_due" in plan, plan
     assert "jobs_running" in plan, plan
@@ -136,8 +144,10 @@ def test_statements_per_operation(pg_url: str, pool: Any) -> None:
         fx.drop_schema(pool, schema)
 
 
-def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any, pg_url: str) -> None:
-    """Generic plans (the driver's sessions use them) of the hot statements never scan the jobs table."""
+@pytest.mark.parametrize("now", [START, None], ids=["injected_clock", "store_clock"])
+def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any, pg_url: str, now: Any) -> None:
+    """Generic plans (the driver's sessions use them) of the hot statements never scan the jobs table,
+    whether ``now`` is passed (an injected clock) or NULL (the store's clock: the production case)."""
     with pool.connection() as conn:
         conn.execute(
             sql.SQL(
@@ -148,18 +158,17 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
             {"t": START},
         )
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(driver.schema, "jobs")))
-    now = START
     fence = {"id": 1, "worker": "w", "claim_no": 1}
     cases = {
         "CLAIM": _claim_params(now),
         "ACK_MANY": {"items": json.dumps([[1, "w", 1, None], [2, "w", 1, None]]), "now": now},
+        "START": {"items": json.dumps([[1, "w", 1], [2, "w", 1]]), "now": now},
         "NACK": {**fence, "fail": False, "park": False, "give_back": 0, "dead_letter": True, "type": "E",
-                 "message": "m", "now": now, "now_ms": epoch_ms(now), "retry_at": now, "channel": "c"},
-        "HEARTBEAT": {**fence, "expires": now},
-        "ENQUEUE": {"items": json.dumps([["a", "q", "null", "ready", 0, now.isoformat(), 3, "k"]]), "now": now,
-                    "channel": "c"},
+                 "message": "m", "now": now, "retry_at": None, "channel": "c"},
+        "HEARTBEAT": {**fence, "now": now, "lease_ms": 30_000},
+        "ENQUEUE": {"items": json.dumps([["a", "q", "null", 0, 0, None, 3, "k"]]), "now": now, "channel": "c"},
         "GET": {"id": 5},
-        "RESCUE": {"now": now, "now_ms": epoch_ms(now), "channel": "c"},
+        "RESCUE": {"now": now, "channel": "c"},
     }
     with psycopg.connect(pg_url, autocommit=True) as conn:
         plans = {name: generic_plan(conn, getattr(driver.q, name), params) for name, params in cases.items()}

@@ -10,10 +10,15 @@ Budgets reached in issue 7:
 
 * a claimed-and-settled job costs ``2 / batch`` statements: one ``CLAIM`` and one
   ``ACK_MANY`` per batch, every ack fenced on its own token inside that one statement;
+* a job claimed held (F04, ``claim(start=False)``), started and settled costs ``3 / batch``:
+  the ``START`` of a batch is one statement too (a worker holding claims starts what it is
+  about to run together, right before running it: the price of never spending an attempt
+  on a job it did not run);
 * ``enqueue`` is one statement (``ENQUEUE_ONE`` without a key), ``enqueue_many`` one per
   call whatever its size (``ENQUEUE_MANY`` when no item has a key); ``nack`` and
   ``heartbeat`` one each;
-* the worker sends nothing per job but its claims and its batched acks.
+* the worker sends nothing per job but its claims, its batched starts (when it holds
+  claims) and its batched acks.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from jobcore.worker import Worker
 JOBS = 100
 CLAIM_AND_SETTLE_PER_BATCH = 2
 """Statements per claim batch settled by acks: one claim, one ack_many."""
+HELD_CLAIM_START_AND_SETTLE_PER_BATCH = 3
+"""Statements per batch claimed held, started and settled: one claim, one start, one ack_many."""
 
 
 class Recorder:
@@ -138,6 +145,25 @@ def test_a_claimed_and_settled_job_costs_two_statements_per_batch(
     assert _names(driver, recorder.take()) == ["ACK_MANY"]
 
 
+@pytest.mark.parametrize("batch", [1, 10, 100])
+def test_a_held_claim_started_and_settled_costs_three_statements_per_batch(
+    counted: tuple[PostgresDriver, Recorder], batch: int
+) -> None:
+    """claim(start=False) + start + ack_many(landed_only): 3 / batch statements per job."""
+    driver, recorder = counted
+    driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
+    recorder.take()
+    settled = 0
+    while settled < JOBS:
+        claimed = driver.claim(["default"], worker_id="w-budget", limit=batch, lease=60, start=False).claimed
+        assert driver.start([c.token for c in claimed]) == [True] * len(claimed)
+        assert driver.ack_many([(c.token, None) for c in claimed], landed_only=True) == [True] * len(claimed)
+        settled += len(claimed)
+    names = _names(driver, recorder.take())
+    assert names == ["CLAIM", "START", "ACK_MANY_LANDED"] * math.ceil(JOBS / batch)
+    assert len(names) / JOBS == HELD_CLAIM_START_AND_SETTLE_PER_BATCH / batch
+
+
 def test_nack_and_heartbeat_are_one_statement_each(counted: tuple[PostgresDriver, Recorder]) -> None:
     driver, recorder = counted
     driver.enqueue("budget", None)
@@ -149,8 +175,10 @@ def test_nack_and_heartbeat_are_one_statement_each(counted: tuple[PostgresDriver
 
 
 def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDriver, Recorder]) -> None:
-    """Nothing per job but claims and acks: no heartbeat, lease or lookup round trip per job,
-    and no more claims or acks than jobs (they batch, never split)."""
+    """Nothing per job but claims, starts and acks: no heartbeat, lease or lookup round trip per
+    job, and no more claims, starts or acks than jobs (they batch, never split). A worker that
+    holds its claims (``deferred_start``) starts what its free runners take, one statement for
+    all of them."""
     driver, recorder = counted
     registry = Registry()
     done = threading.Event()
@@ -190,6 +218,7 @@ def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDr
     unknown = [text[:80] for text, name in zip(recorder_sent, names, strict=True) if name == "?"]
     assert not unknown
     assert names.count("LISTEN") == 1  # the wake-up subscription, once per worker
-    assert set(names) == {"LISTEN", "CLAIM", "ACK_MANY"}
+    assert {"LISTEN", "CLAIM", "ACK_MANY"} <= set(names) <= {"LISTEN", "CLAIM", "START", "ACK_MANY"}
     assert names.count("ACK_MANY") <= JOBS
+    assert names.count("START") <= JOBS  # runners start what is waiting together; never one job twice
     assert names.count("CLAIM") - 1 <= JOBS  # at most one claim per job, plus the poll that found none
