@@ -183,6 +183,11 @@ def register(subparsers: Any) -> None:
         help="safety margin seconds: a handler is called off once lease - margin passed without a renewal, "
         "and a job is started only with at least a margin of its lease left (default lease/5)",
     )
+    parser.add_argument(
+        "--strict-starts", action="store_true",
+        help="record each job's start in the store before its handler runs (a round trip per job), so a "
+        "handler that kills its worker at once still spends its attempt (default: recorded right after)",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
     parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
@@ -233,7 +238,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         driver.migrate()
     queues = args.queues or ",".join(sorted(default_registry.queues()))
     worker = Worker(
-        queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin, driver=driver,
+        queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,
+        strict_starts=args.strict_starts, driver=driver,
         poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
         retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,

@@ -85,6 +85,10 @@ ON_SETTLED_TRIES = 3
 SETTLE_BATCH = 500
 """Most settles one settler round sends (acks go in one ``ack_many``)."""
 
+SETTLE_LINGER = 0.002
+"""Seconds the settler waits, after the first settle of a round, for others to join it: a
+round trip per handful of jobs costs the store more than two milliseconds of ack latency."""
+
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
 
@@ -330,6 +334,12 @@ class Worker:
             (F02), and a claimed job is started only while at least ``margin`` of that
             is left (F03). It is the time a called-off handler has to stop before
             another worker may take its job.
+        strict_starts: Record every start in the store before its handler runs (one
+            round trip before each job), so that even a handler that kills its worker in
+            its first milliseconds spends its attempt: a poison job then runs exactly
+            ``max_attempts`` times. By default a start is recorded right after its handler
+            began, many in one call, and only a job whose last claim ended with no
+            recorded start is started first; a poison job then runs at most once more.
         driver: The store (default: the process-wide one, read at start).
         registry: Where handlers are looked up (default: ``@job``'s default registry).
         poll_interval: Seconds between claims when idle and no wake-up arrives.
@@ -357,6 +367,7 @@ class Worker:
         concurrency: int = 4,
         lease: Duration = 30.0,
         margin: Duration | None = None,
+        strict_starts: bool = False,
         driver: JobDriver | None = None,
         registry: Registry | None = None,
         poll_interval: float = 1.0,
@@ -381,6 +392,7 @@ class Worker:
                 f"margin={self.margin} is not smaller than lease={self.lease}",
                 "pass a margin smaller than the lease (default lease/5)",
             )
+        self.strict_starts = v.check_bool(strict_starts, "strict_starts")
         self._lease_s = self.lease.total_seconds()
         self._margin_s = self.margin.total_seconds()
         self._driver = driver
@@ -428,6 +440,7 @@ class Worker:
         self._lean_acks: bool | None = None  # ack landed_only? (decided on the first ack batch)
         self._timer: Callable[[], float] = time.monotonic  # local deadlines (F02); set from the driver at start
         self._starter: _Starter | None = None  # set at start when the driver holds claims (F04)
+        self._marks: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()  # starts to record (F04)
         self._beater_wake = threading.Event()
         self._failing: dict[str, float] = {}  # call -> when its failure was last logged
         self._idle_runners = 0
@@ -553,7 +566,10 @@ class Worker:
             return
         if _takes_start(driver):
             self._starter = _Starter(cast(DeferredStart, driver).start)
-        for target, name in ((self._keeper, "keeper"), (self._beater, "beater"), (self._settler, "settler")):
+        parts = [(self._keeper, "keeper"), (self._beater, "beater"), (self._settler, "settler")]
+        if self._starter is not None:
+            parts.append((self._marker, "marker"))
+        for target, name in parts:
             thread = threading.Thread(target=target, name=f"jobcore-{name}-{self.worker_id}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -621,8 +637,10 @@ class Worker:
                 self._rescue()
             self._pump()
             with self._cond:
-                room = self.concurrency - self._busy + self._backlog_target() - len(self._backlog)
-                if room <= 0:
+                target = self._backlog_target()
+                room = self.concurrency - self._busy + target - len(self._backlog)
+                # With jobs still waiting, top the backlog up in halves, not a job at a time.
+                if room <= 0 or (self._backlog and room < max(1, target // 2)):
                     self._cond.wait(self.poll_interval)
                     continue
             self._wake.clear()
@@ -785,7 +803,22 @@ class Worker:
             if self._fresh(attempt) and self._take_slot(attempt, attempt.handle):
                 (held if attempt.held else ready).append(attempt)
         if held:
-            ready += self._begin(held)
+            # A job whose last claim ended without a recorded start (claim_no moved past
+            # attempt + 1: a crash in its first milliseconds, or a give-back) is started in
+            # the store before it runs, so a handler that kills its worker at once still
+            # spends its attempt from then on. The others start now and are recorded
+            # right after, many in one call, off the runners' path (F04).
+            first = [a for a in held if self.strict_starts or a.job.claim_no > a.job.attempt + 1]
+            later = [a for a in held if not (self.strict_starts or a.job.claim_no > a.job.attempt + 1)]
+            if first:
+                ready += self._begin(first)
+            if later:
+                stamp = self._store_now()
+                for attempt in later:
+                    attempt.job = attempt.ctx.job = started_job(attempt.job, stamp)
+                    attempt.held = False
+                    self._marks.put(attempt)
+                ready += later
         return [attempt for attempt in ready if self._run_started(attempt)]
 
     def _begin(self, held: list[_Attempt]) -> list[_Attempt]:
@@ -824,6 +857,48 @@ class Worker:
                 self._recovered("starting claimed jobs in the store")
             pending = retry
         return started
+
+    def _marker(self) -> None:
+        """Record in the store the starts of attempts already running (F04), batched.
+
+        An answer ``False`` means the token was no longer current (the job cancelled or
+        taken meanwhile): the handler is called off. A call the store does not answer is
+        retried while the attempts' leases can still be current."""
+        assert self._starter is not None
+        stop = False
+        while not stop:
+            entry = self._marks.get()
+            batch: list[_Attempt] = []
+            linger = time.monotonic() + SETTLE_LINGER
+            try:
+                while True:
+                    if isinstance(entry, _Stop):
+                        stop = True
+                    else:
+                        batch.append(entry)
+                    if len(batch) >= v.MAX_CLAIM_BATCH:
+                        break
+                    wait = linger - time.monotonic()
+                    entry = self._marks.get(timeout=wait) if wait > 0 and not stop else self._marks.get_nowait()
+            except queue_mod.Empty:
+                pass
+            delay = RETRY_FIRST
+            while batch and not self._killed:
+                answers = self._starter.start([attempt.claimed.token for attempt in batch])
+                retry = []
+                for attempt, answer in zip(batch, answers, strict=True):
+                    if answer is False:
+                        self._lose(attempt, "its start was refused: the job was cancelled or taken")
+                    elif answer is not True and self._timer() <= self._deadline(attempt) + self._lease_s:
+                        retry.append(attempt)
+                if not retry:
+                    if delay > RETRY_FIRST:
+                        self._recovered("recording started jobs")
+                    break
+                self._log_failure("recording started jobs")
+                time.sleep(delay * self._rng.uniform(0.8, 1.2))
+                delay = min(RETRY_CAP, delay * 2)
+                batch = retry
 
     def _store_now(self) -> datetime | None:
         """The store's time as the driver's clock tells it, or None when it cannot be had."""
@@ -1190,6 +1265,7 @@ class Worker:
             batch: list[_Settle] = []
             try:
                 entry = self._settles.get(timeout=timeout)
+                linger = time.monotonic() + SETTLE_LINGER
                 while True:
                     if isinstance(entry, _Stop):
                         stop_at = entry.at
@@ -1197,7 +1273,9 @@ class Worker:
                         batch.append(entry)
                     if len(batch) >= SETTLE_BATCH:
                         break
-                    entry = self._settles.get_nowait()
+                    wait = linger - time.monotonic()
+                    more = self._settles.get
+                    entry = more(timeout=wait) if wait > 0 and stop_at is None else self._settles.get_nowait()
             except queue_mod.Empty:
                 pass
             now = time.monotonic()
@@ -1473,6 +1551,7 @@ class Worker:
             self._pruner.stop()
         if self.scheduler is not None:
             self.scheduler.stop()
+        self._marks.put(_Stop(0.0))  # recorded before their settles: a settle starts a held job anyway
         self._settles.put(_Stop(max(deadline, time.monotonic()) + 1.0))
         for thread in self._threads:
             if thread.name.startswith("jobcore-settler"):

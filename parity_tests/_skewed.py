@@ -80,6 +80,8 @@ def skewed_client(url: str, offset: str) -> Iterator[SkewedClient]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _serve(url: str) -> None:

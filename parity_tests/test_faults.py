@@ -28,7 +28,7 @@ from jobcore.parity._support import LEASE, WAIT, claim_one, job_in, make_worker,
 from jobcore.clock import ManualClock
 from jobcore.driver import DeferredStart, JobDriver
 from jobcore.errors import LeaseLost, OptionInvalid
-from jobcore.records import JobState
+from jobcore.records import Job, JobState
 from jobcore.registry import JobContext, Registry
 from jobcore.worker import Worker
 
@@ -284,7 +284,7 @@ def test_F04_settling_a_held_claim_starts_it_first(driver: JobDriver) -> None:
 def test_F04_a_worker_that_dies_before_starting_its_claim_spends_no_attempt(
     driver: JobDriver, clock: ManualClock
 ) -> None:
-    """Killed while the start of its claim hangs: the job lapses at no cost, even on its only attempt."""
+    """Killed while its claim's reply was on its way: the job lapses at no cost, even on its only attempt."""
     if "deferred_start" not in driver.capabilities:
         pytest.skip("driver lacks capability deferred_start")
     faulty = FaultyDriver(driver)
@@ -296,16 +296,16 @@ def test_F04_a_worker_that_dies_before_starting_its_claim_spends_no_attempt(
         runs.append(payload)
 
     job = never.enqueue(1, driver=driver)
-    faulty.freeze("start")
+    faulty.hold_replies("claim")
     worker = make_worker(faulty, registry)  # type: ignore[arg-type]
     worker.start()
     killer = threading.Thread(target=worker.kill)
     try:
-        assert faulty.wait_in_flight("start"), "the worker never tried to start its claim"
-        killer.start()  # kill() waits for the worker to end, and its claim loop hangs in start()
+        assert faulty.wait_in_flight("claim"), "the worker never claimed"
+        killer.start()  # kill() waits for the worker to end, and its claim loop waits for the reply
         wait_until(lambda: worker._killed, what="the kill")
     finally:
-        faulty.heal()  # the hung start fails, as on a cut connection
+        faulty.heal()  # the held reply arrives to a dead worker
     killer.join(WAIT)
     assert worker.wait(WAIT)
     clock.advance(LEASE)
@@ -315,23 +315,37 @@ def test_F04_a_worker_that_dies_before_starting_its_claim_spends_no_attempt(
     assert runs == []
 
 
-def test_F04_a_handler_that_kills_its_worker_still_spends_its_attempt(driver: JobDriver, clock: ManualClock) -> None:
-    """A poison job that takes its worker down is buried at ``max_attempts`` all the same (C08)."""
+@pytest.mark.parametrize("strict", [False, True])
+def test_F04_a_handler_that_kills_its_worker_still_spends_its_attempt(
+    driver: JobDriver, clock: ManualClock, strict: bool
+) -> None:
+    """A poison job killing its worker is buried at max_attempts (after as many runs strict, one more at most else)."""
     registry = Registry()
     workers: list[Worker] = []
+    runs: list[int] = []
 
-    @registry.job(name="poison", max_attempts=1)
-    def poison(payload: int) -> None:
-        workers[0].kill()
+    @registry.job(name="poison", max_attempts=2)
+    def poison(payload: int, ctx: JobContext) -> None:
+        runs.append(ctx.attempt)
+        workers[-1].kill()
 
     job = poison.enqueue(1, driver=driver)
-    workers.append(make_worker(driver, registry))
-    workers[0].start()
-    assert workers[0].wait(WAIT)
-    clock.advance(LEASE)
-    result = driver.claim(["default"], worker_id="w2", lease=LEASE)
-    assert result.claimed == ()
-    assert [(j.id, j.state, j.attempt) for j in result.buried] == [(job.id, JobState.DEAD, 1)]
+    buried: list[Job] = []
+    for _ in range(4):
+        workers.append(make_worker(driver, registry, strict_starts=strict))
+        workers[-1].start()
+        assert workers[-1].wait(WAIT)
+        clock.advance(LEASE)
+        result = driver.claim(["other"], worker_id="probe", lease=LEASE)
+        assert result.claimed == ()
+        rescued = driver.introspect.rescue()
+        buried += rescued.buried
+        if buried:
+            break
+    assert [(j.id, j.state, j.attempt) for j in buried] == [(job.id, JobState.DEAD, 2)]
+    assert len(runs) <= (2 if strict else 3)
+    if strict:
+        assert runs == [1, 2]
 
 
 # -- F05 settles retry ---------------------------------------------------------------------------

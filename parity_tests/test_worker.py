@@ -124,6 +124,7 @@ def test_W02_a_reclaimed_job_signals_its_handler_and_the_new_holder_result_count
     worker = make_worker(faulty, registry, worker_id="w-old")  # type: ignore[arg-type]
     with running(worker):
         assert started.wait(WAIT)
+        wait_until(lambda: driver.introspect.get(job.id).attempt == 1, what="its start to be recorded (F04)")  # type: ignore[union-attr]
         worker.request_stop(drain_timeout=WAIT)  # no more claims: the reclaim below is the other worker's
         faulty.heartbeat_down = True
         clock.advance(LEASE + timedelta(seconds=1))
@@ -219,6 +220,8 @@ def test_W03_a_settle_that_finds_its_lease_lost_is_logged_and_the_loop_goes_on(
     # Heartbeats far apart, so the settle (not the keeper) is the first to meet the lost lease.
     with running(make_worker(driver, registry, heartbeat_interval=60.0)) as worker:
         assert started.wait(WAIT)
+        # Once its start is recorded (F04), the ack is the next call to meet the cancel.
+        wait_until(lambda: driver.introspect.get(first.id).attempt == 1, what="its start to be recorded")  # type: ignore[union-attr]
         driver.introspect.cancel(first.id)
         go.set()
         wait_until(lambda: worker.counts["not_landed"] == 1, what="the ack that did not land")

@@ -134,7 +134,7 @@ class Fleet:
             sys.executable, "-m", "jobcore.cli", "worker", str(self.jobs_py), "--url", self.url,
             "--queues", "crash", "--concurrency", "4", "--lease", str(self.plan.lease),
             "--poll-interval", str(self.plan.poll),
-            "--rescue-interval", "1", "--drain-timeout", "5", "--log-level", "WARNING",
+            "--rescue-interval", "1", "--drain-timeout", "5", "--log-level", "WARNING", "--strict-starts",
             "--worker-id", f"crash-{self.started}",
         ]
         self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
@@ -267,8 +267,9 @@ def test_sigkilled_workers_lose_no_job_and_settle_none_twice(
     assert poison.attempt == poison.max_attempts == 3
     assert poison.last_error is not None
     assert poison.last_error.type == "LeaseLapsedFinalAttempt"
-    # Never more runs than attempts (C08). Fewer is possible: a job claimed ahead into a
-    # worker's prefetch loses that attempt unstarted when the test SIGKILLs the worker.
+    # Never more runs than attempts (C08): the workers record each start before its handler
+    # runs (--strict-starts). A job held in a worker's prefetch when the test SIGKILLs it
+    # never started and spends nothing (F04).
     assert executions[poison.id] <= poison.max_attempts
 
     reruns = sum(n - 1 for n in executions.values() if n > 1)
