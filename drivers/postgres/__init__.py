@@ -17,7 +17,9 @@ Every wait on the server is bounded (F07, :mod:`._pool`): connecting by
 ``connect_timeout``, each statement by ``call_timeout`` (past it the connection is
 closed and the call answers ``JC_DB_TIMEOUT``). Pooled connections are probed without a
 round trip when taken (a server that dropped them has left them readable at EOF), so
-after a restart or ``pg_terminate_backend`` the next call gets a fresh connection. Reads, ``heartbeat``
+after a restart or ``pg_terminate_backend`` the next call gets a fresh connection, and
+the driver's own pool opens connections on demand, so the first call after an outage
+gets one as soon as the server accepts it (F06). Reads, ``heartbeat``
 and ``claim`` are retried once on a connection lost mid-call; writes that settle or
 insert are not (their reply may have been lost after they committed, and the caller
 must learn that). Retrying a claim is safe because of claim numbers: if the first
@@ -43,7 +45,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
@@ -55,7 +57,7 @@ from . import _schema
 from ._errors import translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
-from ._pool import DEFAULT_CALL_TIMEOUT, BoundedConnection, alive, connect_kwargs, unbounded
+from ._pool import DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, connect_kwargs, unbounded
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 from ._schedules import PostgresSchedules
 from ._sql import Statements
@@ -191,8 +193,8 @@ class PostgresDriver:
     """The PostgreSQL :class:`~jobcore.driver.JobDriver`.
 
     Args:
-        dsn_or_pool: A libpq connection string/URL (the driver makes and owns a pool) or a
-            ``psycopg_pool.ConnectionPool``
+        dsn_or_pool: A libpq connection string/URL (the driver makes and owns a pool of at
+            most ``pool_max`` connections, opened on demand) or a ``psycopg_pool.ConnectionPool``
             (shared; the driver never closes it; :func:`make_pool` builds one whose
             statements are bounded).
         schema: The schema holding jobcore's tables.
@@ -207,7 +209,7 @@ class PostgresDriver:
             gives up, discards the connection and answers ``JC_DB_TIMEOUT`` (default 10 s;
             ``None``: no bound). For the pool this driver makes and its wake-up listener;
             ``migrate`` is never cut short.
-        pool_min, pool_max: Size of the pool this driver makes.
+        pool_min, pool_max: Idle connections kept, and connections at most, of the pool this driver makes.
     """
 
     capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
@@ -228,11 +230,13 @@ class PostgresDriver:
         self._auto_migrate = bool(auto_migrate)
         statement, call = _timeouts(statement_timeout, call_timeout)
         self.call_timeout = None if call is None else call.total_seconds()
+        self._pool: ConnectionPool[Any] | Pool
         if isinstance(dsn_or_pool, str):
-            self._pool = make_pool(
-                dsn_or_pool, min_size=v.check_int(pool_min, "pool_min", 0, 1000),
-                max_size=v.check_int(pool_max, "pool_max", max(1, pool_min), 1000), statement_timeout=statement,
-                call_timeout=call,
+            least = v.check_int(pool_min, "pool_min", 0, 1000)
+            self._pool = Pool(
+                dsn_or_pool, kwargs=connect_kwargs(dsn_or_pool, statement_timeout=statement, call_timeout=call),
+                min_size=least, max_size=v.check_int(pool_max, "pool_max", max(1, least), 1000),
+                timeout=self.call_timeout or DEFAULT_CALL_TIMEOUT,
             )
             self._owns_pool = True
         elif isinstance(dsn_or_pool, ConnectionPool):
@@ -354,22 +358,24 @@ class PostgresDriver:
             # client's time for a one-job enqueue.
             try:
                 pooled = self._checkout()
-                try:
-                    if pooled.autocommit:
-                        cur = pooled.execute(query, params)
-                        return cur.fetchall() if _has_rows(cur) else []
-                    with pooled:  # a caller's pool without autocommit: commit (or roll back) here
-                        cur = pooled.execute(query, params)
-                        return cur.fetchall() if _has_rows(cur) else []
-                finally:
-                    self._pool.putconn(pooled)
-            except (psycopg.Error, PoolTimeout) as exc:
+            except psycopg.Error as exc:
+                # No connection to be had (refused, connect_timeout, a full pool): trying again
+                # at once would only wait as long again.
+                raise translate(exc, self.schema) from exc
+            try:
+                if pooled.autocommit:
+                    cur = pooled.execute(query, params)
+                    return cur.fetchall() if _has_rows(cur) else []
+                with pooled:  # a caller's pool without autocommit: commit (or roll back) here
+                    cur = pooled.execute(query, params)
+                    return cur.fetchall() if _has_rows(cur) else []
+            except psycopg.Error as exc:
                 error = translate(exc, self.schema)
-                # Retry only a connection lost mid-call; a pool that had none to give already waited.
-                lost = isinstance(error, BackendUnavailable) and not isinstance(exc, PoolTimeout)
-                if retry and attempt == 1 and lost:
+                if retry and attempt == 1 and isinstance(error, BackendUnavailable):  # lost mid-call
                     continue
                 raise error from exc
+            finally:
+                self._pool.putconn(pooled)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _checkout(self) -> psycopg.Connection[Any]:

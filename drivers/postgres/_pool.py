@@ -1,4 +1,4 @@
-"""Bounded connections (F07).
+"""Bounded connections (F07) and the small pool the driver makes for itself (F06).
 
 :class:`BoundedConnection` is a psycopg connection on which no wait for the server
 lasts longer than its ``call_timeout``: psycopg runs every statement, commit and
@@ -9,12 +9,21 @@ the driver answers as ``JC_DB_TIMEOUT``. This is the bound that holds when the s
 never sees the statement (a stalled socket, a frozen proxy or server), where the
 server's own ``statement_timeout`` cannot help. Connecting is bounded by libpq's
 ``connect_timeout`` (default :data:`DEFAULT_CONNECT_TIMEOUT` here).
+
+:class:`Pool` is what a driver built from a URL uses: at most ``max_size`` connections,
+each opened when a caller needs one (in the caller's thread, so after an outage the
+first call once the server accepts connections gets one at once: no background
+reconnect loop, no backoff), idle ones handed out last-used first and closed after
+``max_idle`` beyond ``min_size``. Whether an idle connection survived (a restart,
+``pg_terminate_backend``) is judged at checkout by :func:`alive`, without a round trip.
 """
 
 from __future__ import annotations
 
 import contextlib
 import select
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, Final, TypeVar
@@ -22,12 +31,14 @@ from typing import Any, Final, TypeVar
 import psycopg
 from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolClosed, PoolTimeout
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
     "BoundedConnection",
     "CallTimeout",
+    "Pool",
     "alive",
     "connect_kwargs",
     "unbounded",
@@ -150,3 +161,119 @@ def alive(conn: psycopg.Connection[Any]) -> bool:
     except (psycopg.Error, OSError, ValueError):
         return False
     return True
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_IN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
+
+class Pool:
+    """At most ``max_size`` :class:`BoundedConnection`, opened on demand (see the module docstring).
+
+    Attributes:
+        conninfo: What every connection connects to.
+        kwargs: The keywords every connection is opened with (see :func:`connect_kwargs`).
+        max_size: Connections open at once, idle or in use, at most.
+    """
+
+    def __init__(
+        self, conninfo: str, *, kwargs: dict[str, Any], min_size: int = 1, max_size: int = 10,
+        timeout: float = DEFAULT_CALL_TIMEOUT, max_idle: float = 600.0,
+    ) -> None:
+        self.conninfo = conninfo
+        self.kwargs = kwargs
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self.max_idle = max_idle
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # last used at the end
+        self._size = 0  # open, or being opened by a caller
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def getconn(self) -> psycopg.Connection[Any]:
+        """An idle connection (the last used), else a new one when fewer than ``max_size``
+        are open, else the first one given back within ``timeout`` (``PoolTimeout`` then).
+
+        The idle one may have died meanwhile: the caller checks it with :func:`alive`.
+        """
+        deadline: float | None = None
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise PoolClosed("the driver's connection pool is closed")
+                if self._idle:
+                    return self._idle.pop()[0]
+                if self._size < self.max_size:
+                    self._size += 1
+                    break
+                if deadline is None:
+                    deadline = time.monotonic() + self.timeout
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolTimeout(
+                        f"all {self.max_size} connections of the pool stayed in use for {self.timeout:g}s"
+                    )
+                self._cond.wait(left)
+        try:
+            conn: psycopg.Connection[Any] = BoundedConnection.connect(self.conninfo, **self.kwargs)
+        except BaseException:
+            self._forget()
+            raise
+        return conn
+
+    def putconn(self, conn: psycopg.Connection[Any]) -> None:
+        """Take back a connection from :meth:`getconn`; a closed or unusable one is dropped."""
+        if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+        if conn.closed or conn.info.transaction_status != _IDLE:
+            conn.close()
+            self._forget()
+            return
+        stale: list[psycopg.Connection[Any]] = []
+        with self._cond:
+            if self._closed:
+                stale.append(conn)
+                self._size -= 1
+            else:
+                now = time.monotonic()
+                self._idle.append((conn, now))
+                while len(self._idle) > self.min_size and self._idle[0][1] < now - self.max_idle:
+                    stale.append(self._idle.pop(0)[0])
+                    self._size -= 1
+            self._cond.notify()
+        for old in stale:
+            old.close()
+
+    def _forget(self) -> None:
+        """One connection fewer is open: a waiter may open one."""
+        with self._cond:
+            self._size -= 1
+            self._cond.notify()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for the block, given back after it."""
+        conn = self.getconn()
+        try:
+            yield conn
+        finally:
+            self.putconn(conn)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the idle connections; those in use close when given back. Idempotent."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._size -= len(idle)
+            self._cond.notify_all()
+        for conn, _ in idle:
+            conn.close()
+
+    def __repr__(self) -> str:
+        return f"Pool(max_size={self.max_size}, open={self._size}, idle={len(self._idle)})"
