@@ -13,9 +13,13 @@ builds the new jobs from what it sent and that now. ``driver.clock`` is then a
 compute ahead of a call.
 
 Faults. Every call runs through :func:`._errors.translated`, the one translation point.
-Pooled connections are probed without a round trip when taken (a server that dropped
-them has left them readable at EOF), so after a restart or
-``pg_terminate_backend`` the next call gets a fresh connection. Reads, ``heartbeat``
+Every wait on the server is bounded (F07, :mod:`._pool`): connecting by
+``connect_timeout``, each statement by ``call_timeout`` (past it the connection is
+closed and the call answers ``JC_DB_TIMEOUT``). Pooled connections are probed without a
+round trip when taken (a server that dropped them has left them readable at EOF), so
+after a restart or ``pg_terminate_backend`` the next call gets a fresh connection, and
+the driver's own pool opens connections on demand, so the first call after an outage
+gets one as soon as the server accepts it (F06). Reads, ``heartbeat``
 and ``claim`` are retried once on a connection lost mid-call; writes that settle or
 insert are not (their reply may have been lost after they committed, and the caller
 must learn that). Retrying a claim is safe because of claim numbers: if the first
@@ -32,7 +36,6 @@ or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
 from __future__ import annotations
 
 import json
-import select
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -42,7 +45,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
@@ -54,6 +57,7 @@ from . import _schema
 from ._errors import translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
+from ._pool import DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, connect_kwargs, unbounded
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 from ._schedules import PostgresSchedules
 from ._sql import Statements
@@ -63,27 +67,6 @@ __all__ = ["PostgresDriver", "make_pool"]
 Row = tuple[Any, ...]
 _MAX_HOLDER_RETRIES = 5
 _MS = timedelta(milliseconds=1)
-
-
-def _alive(conn: psycopg.Connection[Any]) -> bool:
-    """Whether a pooled connection survived its idle time, judged without a round trip.
-
-    An idle pooled connection has nothing to read; if its socket is readable the server
-    sent an error or closed it (restart, ``pg_terminate_backend``), so read what is there
-    and let libpq tell whether the connection survived.
-    """
-    if conn.closed or conn.broken:
-        return False
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-        if readable:
-            conn.pgconn.consume_input()
-            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
-                return False
-            conn.execute("")  # anything else pending (a notice): settle it with one empty query
-    except (psycopg.Error, OSError, ValueError):
-        return False
-    return True
 
 
 def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
@@ -125,28 +108,34 @@ def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
     return result is not None and result.status == _TUPLES_OK
 
 
+def _timeouts(statement_timeout: object, call_timeout: object) -> tuple[timedelta | None, timedelta | None]:
+    """The two bounds, checked: positive finite durations, or None for none."""
+    statement = None if statement_timeout is None else v.check_duration(
+        statement_timeout, "statement_timeout", lo=_MS, positive=True
+    )
+    call = None if call_timeout is None else v.check_duration(call_timeout, "call_timeout", lo=_MS, positive=True)
+    return statement, call
+
+
 def make_pool(
     conninfo: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0,
-    statement_timeout: Duration | None = None, **kwargs: Any,
+    statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT, **kwargs: Any,
 ) -> ConnectionPool[Any]:
-    """A connection pool set up the way the driver wants it (autocommit, UTC, generic plans).
+    """A ``psycopg_pool`` pool set up the way the driver wants it (autocommit, UTC, generic
+    plans), of :class:`~._pool.BoundedConnection`: no statement waits on the server longer
+    than ``call_timeout`` (past it the connection is discarded and the call answers
+    ``JC_DB_TIMEOUT``; ``None`` for no bound).
 
-    ``statement_timeout`` (a duration) is applied to every pooled session; a statement
-    running longer is cancelled and surfaces as ``JC_DB_TIMEOUT``.
+    ``statement_timeout`` (a duration) is applied to every pooled session, by default 90%
+    of ``call_timeout``; a statement running longer is cancelled by the server and surfaces
+    as ``JC_DB_TIMEOUT``. ``connect_timeout`` defaults to 5 s unless ``conninfo`` or
+    ``kwargs`` name one. Other ``kwargs`` go to every connection (psycopg's keywords).
     """
-    # Generic plans: every statement is shaped (ANY(ARRAY(...)) joins, LATERAL per queue) so
-    # its generic plan reads the same indexes as a custom one, and the claim, whose custom
-    # plan PostgreSQL would otherwise rebuild on every call, skips that planning.
-    options = "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan"
-    if statement_timeout is not None:
-        span = v.check_duration(statement_timeout, "statement_timeout", lo=timedelta(milliseconds=1), positive=True)
-        options += f" -c statement_timeout={max(1, span // timedelta(milliseconds=1))}"
-    given = conninfo_to_dict(conninfo).get("options")  # keep the caller's own -c settings too
-    if given:
-        options = f"{options} {given}"
-    connect: dict[str, Any] = {"autocommit": True, "options": options, "connect_timeout": 10, **kwargs}
+    statement, call = _timeouts(statement_timeout, call_timeout)
+    connect = connect_kwargs(conninfo, statement_timeout=statement, call_timeout=call, **kwargs)
     return ConnectionPool(
         conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
+        connection_class=BoundedConnection,
     )
 
 
@@ -193,6 +182,7 @@ _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "schema": str,
     "auto_migrate": lambda s: s.lower() in ("1", "true", "yes", "on"),
     "statement_timeout": lambda s: float(s) / 1000,  # milliseconds, as PostgreSQL writes it
+    "call_timeout": lambda s: float(s) / 1000,  # milliseconds, like statement_timeout
     "pool_min": int,
     "pool_max": int,
     "default_max_attempts": int,
@@ -203,16 +193,23 @@ class PostgresDriver:
     """The PostgreSQL :class:`~jobcore.driver.JobDriver`.
 
     Args:
-        dsn_or_pool: A libpq connection string/URL (the driver makes and owns a pool) or a
-            ``psycopg_pool.ConnectionPool`` (shared; the driver never closes it).
+        dsn_or_pool: A libpq connection string/URL (the driver makes and owns a pool of at
+            most ``pool_max`` connections, opened on demand) or a ``psycopg_pool.ConnectionPool``
+            (shared; the driver never closes it; :func:`make_pool` builds one whose
+            statements are bounded).
         schema: The schema holding jobcore's tables.
         clock: Source of "now" standing in for the store's clock (tests). Default: the
             store's own clock; ``driver.clock`` is then a :class:`~jobcore.clock.StoreClock`.
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
         auto_migrate: Install or upgrade the schema on first use instead of raising
             ``JC_SCHEMA_OUTDATED`` (convenient for tests; production runs ``migrate``).
-        statement_timeout: Per-statement limit for the pool this driver makes.
-        pool_min, pool_max: Size of the pool this driver makes.
+        statement_timeout: The server's per-statement limit for the pool this driver makes
+            (default: 90% of ``call_timeout``).
+        call_timeout: How long any statement may wait for the server before the driver
+            gives up, discards the connection and answers ``JC_DB_TIMEOUT`` (default 10 s;
+            ``None``: no bound). For the pool this driver makes and its wake-up listener;
+            ``migrate`` is never cut short.
+        pool_min, pool_max: Idle connections kept, and connections at most, of the pool this driver makes.
     """
 
     capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
@@ -220,7 +217,8 @@ class PostgresDriver:
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, auto_migrate: bool = False,
-        statement_timeout: Duration | None = None, pool_min: int = 1, pool_max: int = 10,
+        statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT,
+        pool_min: int = 1, pool_max: int = 10,
     ) -> None:
         self.schema = v.check_name(schema, "schema")
         if len(self.schema.encode()) > 63:
@@ -230,10 +228,15 @@ class PostgresDriver:
         self.clock: Clock = clock if clock is not None else StoreClock(self._read_store_time)
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         self._auto_migrate = bool(auto_migrate)
+        statement, call = _timeouts(statement_timeout, call_timeout)
+        self.call_timeout = None if call is None else call.total_seconds()
+        self._pool: ConnectionPool[Any] | Pool
         if isinstance(dsn_or_pool, str):
-            self._pool = make_pool(
-                dsn_or_pool, min_size=v.check_int(pool_min, "pool_min", 0, 1000),
-                max_size=v.check_int(pool_max, "pool_max", max(1, pool_min), 1000), statement_timeout=statement_timeout,
+            least = v.check_int(pool_min, "pool_min", 0, 1000)
+            self._pool = Pool(
+                dsn_or_pool, kwargs=connect_kwargs(dsn_or_pool, statement_timeout=statement, call_timeout=call),
+                min_size=least, max_size=v.check_int(pool_max, "pool_max", max(1, least), 1000),
+                timeout=self.call_timeout or DEFAULT_CALL_TIMEOUT,
             )
             self._owns_pool = True
         elif isinstance(dsn_or_pool, ConnectionPool):
@@ -258,9 +261,10 @@ class PostgresDriver:
     def from_url(cls, url: str, **options: Any) -> PostgresDriver:
         """Build from ``postgresql://user:pass@host:port/db?schema=...``.
 
-        jobcore's own URL options (``schema``, ``auto_migrate``, ``statement_timeout`` in ms,
-        ``pool_min``, ``pool_max``, ``default_max_attempts``) are taken out; the rest of the
-        URL goes to libpq unchanged. Keyword ``options`` win over the URL.
+        jobcore's own URL options (``schema``, ``auto_migrate``, ``statement_timeout`` and
+        ``call_timeout`` in ms, ``pool_min``, ``pool_max``, ``default_max_attempts``) are taken
+        out; the rest of the URL (``connect_timeout`` in seconds among it) goes to libpq
+        unchanged. Keyword ``options`` win over the URL.
         """
         try:
             parts = urlsplit(url)
@@ -354,22 +358,24 @@ class PostgresDriver:
             # client's time for a one-job enqueue.
             try:
                 pooled = self._checkout()
-                try:
-                    if pooled.autocommit:
-                        cur = pooled.execute(query, params)
-                        return cur.fetchall() if _has_rows(cur) else []
-                    with pooled:  # a caller's pool without autocommit: commit (or roll back) here
-                        cur = pooled.execute(query, params)
-                        return cur.fetchall() if _has_rows(cur) else []
-                finally:
-                    self._pool.putconn(pooled)
-            except (psycopg.Error, PoolTimeout) as exc:
+            except psycopg.Error as exc:
+                # No connection to be had (refused, connect_timeout, a full pool): trying again
+                # at once would only wait as long again.
+                raise translate(exc, self.schema) from exc
+            try:
+                if pooled.autocommit:
+                    cur = pooled.execute(query, params)
+                    return cur.fetchall() if _has_rows(cur) else []
+                with pooled:  # a caller's pool without autocommit: commit (or roll back) here
+                    cur = pooled.execute(query, params)
+                    return cur.fetchall() if _has_rows(cur) else []
+            except psycopg.Error as exc:
                 error = translate(exc, self.schema)
-                # Retry only a connection lost mid-call; a pool that had none to give already waited.
-                lost = isinstance(error, BackendUnavailable) and not isinstance(exc, PoolTimeout)
-                if retry and attempt == 1 and lost:
+                if retry and attempt == 1 and isinstance(error, BackendUnavailable):  # lost mid-call
                     continue
                 raise error from exc
+            finally:
+                self._pool.putconn(pooled)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _checkout(self) -> psycopg.Connection[Any]:
@@ -381,7 +387,7 @@ class PostgresDriver:
         """
         for _ in range(64):
             conn: psycopg.Connection[Any] = self._pool.getconn()
-            if _alive(conn):
+            if alive(conn):
                 return conn
             conn.close()
             self._pool.putconn(conn)  # the pool discards a closed connection and opens a new one
@@ -541,7 +547,6 @@ class PostgresDriver:
                     answers[index] = True
         return answers
 
-
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         return self.ack_many([(token, result)])[0]
 
@@ -611,8 +616,9 @@ class PostgresDriver:
             raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
         pool_kwargs = self._pool.kwargs if isinstance(self._pool.kwargs, dict) else {}
         conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
-        kwargs = {k: val for k, val in pool_kwargs.items() if k != "autocommit"}
-        listener = Listener(conninfo, kwargs, self.channel, names, callback)
+        kwargs = {k: val for k, val in pool_kwargs.items() if k not in ("autocommit", "call_timeout")}
+        bound = pool_kwargs.get("call_timeout", self.call_timeout)
+        listener = Listener(conninfo, kwargs, self.channel, names, callback, call_timeout=bound)
         self._listeners.append(listener)
         return listener
 
@@ -622,7 +628,8 @@ class PostgresDriver:
         self._schema_ok = True
 
     def _migrate(self) -> None:
-        with translated(self.schema), self._connection() as conn:
+        # Never cut short by call_timeout: DDL on a large table takes what it takes.
+        with translated(self.schema), self._connection() as conn, unbounded(conn):
             before = _schema.migrate(conn, self.schema)
         if before > _schema.LATEST:
             raise SchemaOutdated(

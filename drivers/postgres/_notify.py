@@ -5,9 +5,14 @@ rescue) call ``pg_notify(channel, queue)`` in the same statement, so the wake-up
 delivered at commit and never for a rolled-back write. The channel is per schema.
 A subscription's thread LISTENs on a dedicated autocommit connection (a pooled one
 would hand the LISTEN to someone else) and calls ``callback(queue)`` for the queues it
-was given. When the connection drops it reconnects with backoff and then calls the
-callback for every queue once, since wake-ups sent meanwhile were lost; polling stays
-the floor either way.
+was given. When the connection drops it reconnects (after 0.1 s, doubling up to 1 s
+while the server stays away) and then calls the callback for every queue once, since
+wake-ups sent meanwhile were lost; polling stays the floor either way.
+
+A listening connection only reads, so a connection that died silently (a frozen proxy,
+a cut network path) would look like a quiet channel forever: after :data:`PROBE_AFTER`
+seconds with nothing heard the listener sends one empty query, which the connection's
+``call_timeout`` bounds (F07); no answer closes it and the listener reconnects.
 """
 
 from __future__ import annotations
@@ -15,15 +20,23 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
-__all__ = ["Listener", "channel_for"]
+from ._pool import BoundedConnection
+
+__all__ = ["PROBE_AFTER", "Listener", "channel_for"]
 
 log = logging.getLogger("jobcore.drivers.postgres")
+
+PROBE_AFTER: Final = 5.0
+"""Seconds of silence after which a listener checks that its connection still answers."""
+_RECONNECT_FIRST: Final = 0.1
+_RECONNECT_CAP: Final = 1.0
 
 
 def channel_for(schema: str) -> str:
@@ -39,9 +52,9 @@ class Listener:
 
     def __init__(
         self, conninfo: str, kwargs: dict[str, Any], channel: str, queues: Iterable[str],
-        callback: Callable[[str], None],
+        callback: Callable[[str], None], *, call_timeout: float | None,
     ) -> None:
-        self._conninfo, self._kwargs = conninfo, {**kwargs, "autocommit": True}
+        self._conninfo, self._kwargs = conninfo, {**kwargs, "autocommit": True, "call_timeout": call_timeout}
         self._channel = channel
         self._queues = frozenset(queues)
         self._callback = callback
@@ -53,8 +66,12 @@ class Listener:
         self._ready.wait(10)  # LISTEN is in place before subscribe() returns (when the server answers)
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self._conninfo, **self._kwargs)
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        conn = BoundedConnection.connect(self._conninfo, **self._kwargs)
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _deliver(self, queue: str) -> None:
@@ -64,28 +81,38 @@ class Listener:
             except Exception:
                 log.exception("jobcore wake-up callback failed for queue %r", queue)
 
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        """Deliver what ``conn`` hears until stopped; raises when the connection fails."""
+        heard = time.monotonic()
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=0.25):
+                heard = time.monotonic()
+                self._deliver(note.payload)
+            if time.monotonic() - heard >= PROBE_AFTER:
+                conn.execute("")  # answers at once on a live connection; bounded by call_timeout
+                heard = time.monotonic()
+
     def _run(self) -> None:
-        delay = 0.1
+        delay = _RECONNECT_FIRST
         lost = False
         while not self._stop.is_set():
             try:
                 self._conn = self._connect()
                 self._ready.set()
-                delay = 0.1
+                delay = _RECONNECT_FIRST
                 if lost:  # wake-ups may have been missed while we were away
                     for queue in sorted(self._queues):
                         self._deliver(queue)
-                while not self._stop.is_set():
-                    for note in self._conn.notifies(timeout=0.25):
-                        self._deliver(note.payload)
+                self._listen(self._conn)
             except psycopg.Error as exc:
                 if self._stop.is_set():
                     break
-                log.warning("jobcore listener lost its connection (%s); reconnecting", exc)
+                if self._conn is not None:  # once per lost connection, not per failed reconnect
+                    log.warning("jobcore listener lost its connection (%s); reconnecting", exc)
                 lost = True
                 self._ready.set()
                 self._stop.wait(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, _RECONNECT_CAP)
             finally:
                 conn, self._conn = self._conn, None
                 if conn is not None:

@@ -111,6 +111,7 @@ _CREATE_VERSIONS: Final = """CREATE TABLE IF NOT EXISTS {versions} (
 )"""
 _RECORD: Final = "INSERT INTO {versions} (version) VALUES (%(version)s)"
 _EXISTS: Final = "SELECT to_regclass(%(name)s) IS NOT NULL"
+_NO_TIMEOUT: Final = "SET LOCAL statement_timeout = 0"
 
 
 def _render(template: str, schema: str) -> bytes:
@@ -136,6 +137,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str, target: int = LATEST) ->
     the advisory lock. A store newer than ``target`` is left alone.
     """
     with conn.transaction():
+        # DDL on a large table may take long: no statement timeout of the session (the
+        # driver's default follows its call_timeout) cuts a migration short.
+        conn.execute(_NO_TIMEOUT)
         conn.execute(_LOCK, {"schema": schema})
         conn.execute(_render(_CREATE_SCHEMA, schema))
         conn.execute(_render(_CREATE_VERSIONS, schema))

@@ -1,0 +1,279 @@
+"""Bounded connections (F07) and the small pool the driver makes for itself (F06).
+
+:class:`BoundedConnection` is a psycopg connection on which no wait for the server
+lasts longer than its ``call_timeout``: psycopg runs every statement, commit and
+rollback through :meth:`~psycopg.Connection.wait`, and this class gives that wait a
+deadline when the caller gave none. Past it the connection is closed (its state is
+unknown: a reply may still be on the way) and :class:`CallTimeout` is raised, which
+the driver answers as ``JC_DB_TIMEOUT``. This is the bound that holds when the server
+never sees the statement (a stalled socket, a frozen proxy or server), where the
+server's own ``statement_timeout`` cannot help. Connecting is bounded by libpq's
+``connect_timeout`` (default :data:`DEFAULT_CONNECT_TIMEOUT` here).
+
+:class:`Pool` is what a driver built from a URL uses: at most ``max_size`` connections,
+each opened when a caller needs one (in the caller's thread, so after an outage the
+first call once the server accepts connections gets one at once: no background
+reconnect loop, no backoff), idle ones handed out last-used first and closed after
+``max_idle`` beyond ``min_size``. Whether an idle connection survived (a restart,
+``pg_terminate_backend``) is judged at checkout by :func:`alive`, without a round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any, Final, TypeVar
+
+import psycopg
+from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolClosed, PoolTimeout
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "BoundedConnection",
+    "CallTimeout",
+    "Pool",
+    "alive",
+    "connect_kwargs",
+    "unbounded",
+]
+
+RV = TypeVar("RV")
+
+DEFAULT_CALL_TIMEOUT: Final = 10.0
+"""Seconds a statement may wait for the server before the driver gives up on it."""
+DEFAULT_CONNECT_TIMEOUT: Final = 5
+"""Seconds to open a connection (libpq's ``connect_timeout``, which it rounds to whole
+seconds, at least 2), unless the URL names its own."""
+SERVER_SHARE: Final = 0.9
+"""The server's ``statement_timeout`` defaults to this share of ``call_timeout``, so a
+statement the server is merely slow at is cancelled there first (the connection stays
+usable) and the client's bound is left for what the server cannot see."""
+_WAIT_INTERVAL: Final = 0.1  # psycopg's own: how often a wait wakes to check for signals
+
+
+class CallTimeout(psycopg.OperationalError):
+    """No complete answer came within the connection's ``call_timeout``; the connection was closed."""
+
+    bound: float = 0.0
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A connection whose every wait for the server is bounded by :attr:`call_timeout`.
+
+    ``BoundedConnection.connect(conninfo, call_timeout=10.0, **kwargs)`` takes the bound
+    (seconds, ``None`` for none) beside psycopg's own arguments; a pool passes it through
+    its connection kwargs.
+    """
+
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT
+
+    @classmethod
+    def connect(  # type: ignore[override]  # one more keyword than psycopg's
+        cls, conninfo: str = "", *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT, **kwargs: Any,
+    ) -> BoundedConnection:
+        conn = super().connect(conninfo, **kwargs)
+        conn.call_timeout = call_timeout
+        return conn
+
+    def wait(self, gen: PQGen[RV], interval: float = _WAIT_INTERVAL, timeout: float | None = None) -> RV:
+        bound = self.call_timeout
+        if timeout is not None or bound is None:  # the caller's own deadline (notifies()) stands
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, bound)
+        except psycopg.errors._WaitTimeout as exc:
+            # The reply may still arrive, or never: the connection cannot be trusted again.
+            self.close()
+            error = CallTimeout(f"no answer from the database within call_timeout={bound:g}s")
+            error.bound = bound
+            raise error from exc
+
+
+@contextlib.contextmanager
+def unbounded(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """``conn`` with no client-side bound for the block (a migration's DDL may take long)."""
+    if not isinstance(conn, BoundedConnection):
+        yield conn
+        return
+    bound, conn.call_timeout = conn.call_timeout, None
+    try:
+        yield conn
+    finally:
+        conn.call_timeout = bound
+
+
+def _millis(span: timedelta) -> int:
+    return max(1, span // timedelta(milliseconds=1))
+
+
+def connect_kwargs(
+    conninfo: str, *, statement_timeout: timedelta | None, call_timeout: timedelta | None, **extra: Any,
+) -> dict[str, Any]:
+    """What every connection of the driver is opened with: autocommit, UTC, generic plans,
+    the server's ``statement_timeout`` (given, else :data:`SERVER_SHARE` of ``call_timeout``),
+    ``connect_timeout`` unless the conninfo names one, and the client-side ``call_timeout``.
+    ``extra`` (psycopg's keywords: ``cursor_factory``, ``options``...) wins."""
+    # Generic plans: every statement is shaped (ANY(ARRAY(...)) joins, LATERAL per queue) so
+    # its generic plan reads the same indexes as a custom one, and the claim, whose custom
+    # plan PostgreSQL would otherwise rebuild on every call, skips that planning.
+    options = "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan"
+    server = statement_timeout if statement_timeout is not None else (
+        None if call_timeout is None else call_timeout * SERVER_SHARE
+    )
+    if server is not None:
+        options += f" -c statement_timeout={_millis(server)}"
+    params = conninfo_to_dict(conninfo)
+    given = params.get("options")  # keep the caller's own -c settings too (later ones win)
+    if given:
+        options = f"{options} {given}"
+    kwargs: dict[str, Any] = {
+        "autocommit": True, "options": options,
+        "call_timeout": None if call_timeout is None else call_timeout.total_seconds(),
+    }
+    if params.get("connect_timeout") is None:
+        kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    return {**kwargs, **extra}
+
+
+def alive(conn: psycopg.Connection[Any]) -> bool:
+    """Whether a pooled connection survived its idle time, judged without a round trip.
+
+    An idle pooled connection has nothing to read; if its socket is readable the server
+    sent an error or closed it (restart, ``pg_terminate_backend``), so read what is there
+    and let libpq tell whether the connection survived.
+    """
+    if conn.closed or conn.broken:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        if readable:
+            conn.pgconn.consume_input()
+            if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+                return False
+            conn.execute("")  # anything else pending (a notice): settle it with one empty query
+    except (psycopg.Error, OSError, ValueError):
+        return False
+    return True
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_IN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
+
+class Pool:
+    """At most ``max_size`` :class:`BoundedConnection`, opened on demand (see the module docstring).
+
+    Attributes:
+        conninfo: What every connection connects to.
+        kwargs: The keywords every connection is opened with (see :func:`connect_kwargs`).
+        max_size: Connections open at once, idle or in use, at most.
+    """
+
+    def __init__(
+        self, conninfo: str, *, kwargs: dict[str, Any], min_size: int = 1, max_size: int = 10,
+        timeout: float = DEFAULT_CALL_TIMEOUT, max_idle: float = 600.0,
+    ) -> None:
+        self.conninfo = conninfo
+        self.kwargs = kwargs
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self.max_idle = max_idle
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # last used at the end
+        self._size = 0  # open, or being opened by a caller
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def getconn(self) -> psycopg.Connection[Any]:
+        """An idle connection (the last used), else a new one when fewer than ``max_size``
+        are open, else the first one given back within ``timeout`` (``PoolTimeout`` then).
+
+        The idle one may have died meanwhile: the caller checks it with :func:`alive`.
+        """
+        deadline: float | None = None
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise PoolClosed("the driver's connection pool is closed")
+                if self._idle:
+                    return self._idle.pop()[0]
+                if self._size < self.max_size:
+                    self._size += 1
+                    break
+                if deadline is None:
+                    deadline = time.monotonic() + self.timeout
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolTimeout(
+                        f"all {self.max_size} connections of the pool stayed in use for {self.timeout:g}s"
+                    )
+                self._cond.wait(left)
+        try:
+            conn: psycopg.Connection[Any] = BoundedConnection.connect(self.conninfo, **self.kwargs)
+        except BaseException:
+            self._forget()
+            raise
+        return conn
+
+    def putconn(self, conn: psycopg.Connection[Any]) -> None:
+        """Take back a connection from :meth:`getconn`; a closed or unusable one is dropped."""
+        if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+        if conn.closed or conn.info.transaction_status != _IDLE:
+            conn.close()
+            self._forget()
+            return
+        stale: list[psycopg.Connection[Any]] = []
+        with self._cond:
+            if self._closed:
+                stale.append(conn)
+                self._size -= 1
+            else:
+                now = time.monotonic()
+                self._idle.append((conn, now))
+                while len(self._idle) > self.min_size and self._idle[0][1] < now - self.max_idle:
+                    stale.append(self._idle.pop(0)[0])
+                    self._size -= 1
+            self._cond.notify()
+        for old in stale:
+            old.close()
+
+    def _forget(self) -> None:
+        """One connection fewer is open: a waiter may open one."""
+        with self._cond:
+            self._size -= 1
+            self._cond.notify()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for the block, given back after it."""
+        conn = self.getconn()
+        try:
+            yield conn
+        finally:
+            self.putconn(conn)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the idle connections; those in use close when given back. Idempotent."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._size -= len(idle)
+            self._cond.notify_all()
+        for conn, _ in idle:
+            conn.close()
+
+    def __repr__(self) -> str:
+        return f"Pool(max_size={self.max_size}, open={self._size}, idle={len(self._idle)})"
