@@ -55,7 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 from bson.codec_options import CodecOptions
@@ -72,7 +72,7 @@ from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInval
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job
 
 from . import _docs as d
-from ._errors import translated
+from ._errors import Bounds, translated
 from ._introspect import MongoIntrospector
 from ._leases import MongoLeases
 from ._schedules import MongoSchedules
@@ -87,6 +87,10 @@ LEASE_EXPIRED = "LeaseExpired"
 LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
 LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
 _CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
+DEFAULT_CALL_TIMEOUT = 10.0
+"""Seconds one driver call may take by default (F07)."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to open one connection, by default (F07)."""
 
 
 class MongoDriver:
@@ -99,16 +103,27 @@ class MongoDriver:
         collection_prefix: Prefix of the ``jobs``, ``meta`` and ``leases`` collections.
         clock: Source of "now" (default: UTC wall time).
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
+        call_timeout: Seconds any one driver call may take, all its round trips included
+            (F07). A client made from a URI gets it as ``timeoutMS`` unless the URI sets
+            ``timeoutMS``, which then rules; for a handed-in client its own ``timeoutMS``
+            rules when set. ``timeoutMS=0`` switches the bound off.
+        connect_timeout: Seconds to open one connection, for a client made from a URI
+            (``connectTimeoutMS``, unless the URI sets it). The wait for a usable server
+            is bounded by ``call_timeout``.
     """
 
     def __init__(
         self, uri_or_client: str | MongoClient[Doc], *, database: str = "jobcore",
         collection_prefix: str = "jobcore_", clock: Clock | None = None,
-        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS,
+        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
+        call_bound = _seconds(call_timeout, "call_timeout")
+        connect_bound = _seconds(connect_timeout, "connect_timeout")
         if isinstance(uri_or_client, str):
             try:
-                self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc)
+                bounded = _bounded_options(uri_or_client, call_bound, connect_bound)
+                self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc, **bounded)
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
                 raise UrlInvalid(
                     f"{redact_url(repr(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact_url(exc)})"
@@ -125,6 +140,13 @@ class MongoDriver:
         v.check_name(database, "database")
         if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
             raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
+        options = self._client.options
+        own = options.timeout  # the client's timeoutMS in seconds; 0 switches the bound off
+        bound = call_bound if own is None else (float(own) or None)
+        self._bounds = Bounds(
+            call=bound, select=bound or float(options.server_selection_timeout),
+            connect=float(options.pool_options.connect_timeout or 0),
+        )
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         db = self._client.get_database(database, codec_options=_CODEC)
@@ -631,3 +653,18 @@ def _ack_update(text: str | None, now: datetime) -> Doc:
     return update
 
 
+def _seconds(value: object, name: str) -> float:
+    """A positive finite number of seconds (or a timedelta), as seconds."""
+    return v.check_duration(value, name, positive=True).total_seconds()
+
+
+def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
+    """The time bounds a client made from ``uri`` gets (F07), leaving any the URI sets itself.
+
+    ``timeoutMS`` bounds each operation and, under it, the wait for a server too.
+    Only the URI's own query is read (an SRV record's TXT options cannot set timeouts).
+    """
+    query = urlsplit(uri).query.replace(";", "&")
+    given = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+    wanted = {"timeoutMS": call, "connectTimeoutMS": connect}
+    return {name: max(1, round(seconds * 1000)) for name, seconds in wanted.items() if name.lower() not in given}

@@ -61,6 +61,7 @@ class MongoIntrospector:
 
     def __init__(self, driver: MongoDriver, jobs: Collection[Doc]) -> None:
         self._d, self._jobs = driver, jobs
+        self._bounds = driver._bounds
 
     # -- reads -------------------------------------------------------------------------------
 

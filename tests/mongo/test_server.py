@@ -220,7 +220,7 @@ def test_server_restart_surfaces_as_unavailable_then_recovers(tmp_path: Any, clo
         pytest.skip("secantusd-py is not installed")
     port, storage = fx.free_port(), str(tmp_path / "restart")
     process, url, _ = fx.start_secantus(port, storage)
-    client: MongoClient[Any] = MongoClient(url, serverSelectionTimeoutMS=1500)
+    client: MongoClient[Any] = MongoClient(url, timeoutMS=1500)  # its own bound: each call, finding a server too
     driver = MongoDriver(client, database="jc_restart", clock=clock)
     woken = threading.Event()
     subscription = driver.subscribe(["default"], lambda queue: woken.set()) if "notify" in driver.capabilities else None
