@@ -66,9 +66,9 @@ from pymongo.collection import Collection
 from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
-from jobcore.clock import Clock, SystemClock, to_millis, utc
+from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
-from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
+from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job
 
 from . import _docs as d
@@ -101,7 +101,9 @@ class MongoDriver:
             ``MongoClient`` the caller owns.
         database: Database holding the collections.
         collection_prefix: Prefix of the ``jobs``, ``meta`` and ``leases`` collections.
-        clock: Source of "now" (default: UTC wall time).
+        clock: Source of "now". Default: the server's clock (a
+            :class:`~jobcore.clock.StoreClock` reading ``hello``'s ``localTime``, rule F01);
+            an injected clock (tests) stands in for it.
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
         call_timeout: Seconds any one driver call may take, all its round trips included
             (F07). A client made from a URI gets it as ``timeoutMS`` unless the URI sets
@@ -147,7 +149,7 @@ class MongoDriver:
             call=bound, select=bound or float(options.server_selection_timeout),
             connect=float(options.pool_options.connect_timeout or 0),
         )
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else StoreClock(self._store_time)
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         db = self._client.get_database(database, codec_options=_CODEC)
         self._jobs: Collection[Doc] = db[f"{collection_prefix}jobs"]
@@ -214,7 +216,19 @@ class MongoDriver:
 
     @translated
     def _hello(self) -> Doc:
-        return self._client.admin.command("hello")
+        return self._client.admin.command("hello", codec_options=_CODEC)
+
+    @translated
+    def _store_time(self) -> datetime:
+        """The server's wall time (``hello``'s ``localTime``, whole milliseconds): what the
+        default :class:`~jobcore.clock.StoreClock` carries forward (F01)."""
+        found = self._client.admin.command("hello", codec_options=_CODEC).get("localTime")
+        if not isinstance(found, datetime):
+            raise BackendFailure(
+                "the MongoDB server's hello answer has no localTime, so its clock cannot be read",
+                "connect to a mongod or mongos (they answer localTime), or pass clock= explicitly",
+            )
+        return found
 
     @translated
     def migrate(self) -> None:

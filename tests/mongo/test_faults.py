@@ -22,7 +22,7 @@ from pymongo import errors as pe
 from pymongo.uri_parser import parse_uri
 
 from fixtures import mongo as fx
-from jobcore.clock import ManualClock
+from jobcore.clock import ManualClock, StoreClock
 from jobcore.errors import BackendError, BackendUnavailable, OptionInvalid
 
 from .proxy import StallingProxy
@@ -127,12 +127,14 @@ def test_a_handed_in_client_without_bounds_gets_the_call_bound(
 
 
 def test_a_server_that_accepts_and_never_answers_is_unavailable_within_the_bound(proxy: StallingProxy) -> None:
-    """Connecting to a peer that accepts and says nothing: the first call answers a coded error within the bound."""
+    """Connecting to a peer that accepts and says nothing: the first call, and the store clock's first
+    reading, answer a coded error within the bound."""
     proxy.freeze()
-    driver = MongoDriver(proxy.url(), database="jc_never", call_timeout=BOUND, connect_timeout=0.5,
-                         clock=ManualClock(START))
+    driver = MongoDriver(proxy.url(), database="jc_never", call_timeout=BOUND, connect_timeout=0.5)
     try:
+        assert isinstance(driver.clock, StoreClock)
         _coded_within(lambda: driver.enqueue("never"), BOUND)
+        _coded_within(driver.clock.now, BOUND)
         error = _coded_within(lambda: driver.capabilities, BOUND)
         assert isinstance(error, BackendUnavailable)
     finally:
