@@ -196,8 +196,8 @@ class MongoDriver:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """``shared_store`` and ``ack_landed_only``; plus ``notify`` and ``transactional_enqueue``
-        on a replica set or mongos.
+        """``shared_store``, ``ack_landed_only`` and ``deferred_start``; plus ``notify`` and
+        ``transactional_enqueue`` on a replica set or mongos.
 
         Decided from ``hello`` as real MongoDB would: change streams and multi-document
         transactions exist on replica-set members (``setName``) and mongos (``msg:
@@ -207,7 +207,7 @@ class MongoDriver:
             hello = self._hello()
             clustered = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
             extra = {"notify", "transactional_enqueue"} if clustered else set()
-            self._capabilities = frozenset({"shared_store", "ack_landed_only", *extra})
+            self._capabilities = frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})
         return self._capabilities
 
     @capabilities.setter
@@ -406,9 +406,11 @@ class MongoDriver:
     @translated
     def claim(
         self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (),
+        drop_exhausted: Iterable[str] = (), start: bool = True,
     ) -> ClaimResult:
+        """See :meth:`jobcore.driver.JobDriver.claim`; ``start=False`` holds the jobs (F04)."""
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        begin = v.check_bool(start, "start")
         self._ensure()
         now = self._now()
         expires = to_millis(now + span)
@@ -416,7 +418,7 @@ class MongoDriver:
         buried: list[Job] = []
         # Steps 1 and 2 in one pass over lapsed leases, in claim order: each write buries
         # or reclaims the job it matched, deciding from that job's own attempt count.
-        settle = _lapsed_stages(worker, now, expires, drop)
+        settle = _lapsed_stages(worker, now, expires, drop, begin)
         lapsed = d.lapsed_query(names, now, final=None)
         while len(claimed) < size:
             doc = self._jobs.find_one_and_update(
@@ -430,7 +432,7 @@ class MongoDriver:
                 buried.append(d.to_job(doc))
         if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
             buried += self._bury(names, drop, now)
-        due, take = d.due_query(names, now), _take_stages(worker, now, expires)
+        due, take = d.due_query(names, now), _take_stages(worker, now, expires, begin)
         while len(claimed) < size:
             doc = self._jobs.find_one_and_update(
                 due, take, sort=d.CLAIM_ORDER, hint=d.CLAIM_INDEX, return_document=ReturnDocument.AFTER,
@@ -453,7 +455,38 @@ class MongoDriver:
                 return buried
             buried.append(d.to_job(doc))
 
-    # -- heartbeat and settle -------------------------------------------------------------
+    # -- start, heartbeat and settle ------------------------------------------------------
+
+    @translated
+    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        """See :meth:`jobcore.driver.DeferredStart.start`.
+
+        One fenced update per token, sent as one bulk write. Its matched count answers
+        the batch outright when every token or none matched; otherwise one read of the
+        fence fields tells which tokens are current. A token current at that read was
+        current when its update ran (a token never becomes current again), so its
+        attempt started; one superseded in between answers ``False``, as it would a
+        moment later anyway.
+        """
+        checked = _tokens(tokens)
+        if not checked:
+            return []
+        update = [_started(self._now())]
+        fences = [_fence(token) for token in checked]
+        ops = [UpdateOne(fence, update) for fence in fences if fence is not None]
+        if not ops:
+            return [False] * len(fences)
+        if len(fences) == 1:
+            return [fences[0] is not None and self._jobs.update_one(fences[0], update).matched_count == 1]
+        matched = self._jobs.bulk_write(ops, ordered=False).matched_count
+        if matched in (0, len(ops)):
+            return [fence is not None and matched > 0 for fence in fences]
+        ids = sorted({fence["_id"] for fence in fences if fence is not None})
+        current = {
+            (doc["_id"], doc.get("worker_id"), doc.get("claim_no"))
+            for doc in self._jobs.find({"_id": {"$in": ids}, "state": RUNNING}, {"worker_id": 1, "claim_no": 1})
+        }
+        return [f is not None and (f["_id"], f["worker_id"], f["claim_no"]) in current for f in fences]
 
     @translated
     def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
@@ -491,9 +524,9 @@ class MongoDriver:
             token, text = checked[0]
             fence = _fence(token)
             if lean:
-                return [fence is not None and self._jobs.update_one(fence, _ack_update(text, now)).matched_count == 1]
+                return [fence is not None and self._jobs.update_one(fence, _ack_stages(text, now)).matched_count == 1]
             doc = None if fence is None else self._jobs.find_one_and_update(
-                fence, _ack_update(text, now), return_document=ReturnDocument.AFTER
+                fence, _ack_stages(text, now), return_document=ReturnDocument.AFTER
             )
             return [None if doc is None else d.to_job(doc)]
         # A batch: one bulk write, each update fenced on its own token and stamped with its
@@ -509,9 +542,7 @@ class MongoDriver:
                 marks.append(None)
                 continue
             mark = f"{batch}:{index}"
-            update = _ack_update(text, now)
-            update["$set"]["settle_mark"] = mark
-            ops.append(UpdateOne(fence, update))
+            ops.append(UpdateOne(fence, _ack_stages(text, now, mark)))
             marks.append(mark)
         landed: dict[str, Doc] = {}
         if ops:
@@ -536,7 +567,9 @@ class MongoDriver:
         if fence is None:
             return None
         now = self._now()
-        stages: list[Doc] = [d.append_error(type_name, message, now)]
+        # A held attempt starts first (F04), so the error is recorded against it and a
+        # give-back (counts_as_attempt=False) leaves the attempt where it was.
+        stages: list[Doc] = [_started(now), d.append_error(type_name, message, now)]
         if not counts_as_attempt:
             stages.append({"$set": {"attempt": {"$subtract": ["$attempt", 1]}}})
         if fail:
@@ -598,6 +631,8 @@ _BURIAL_TEXT = {"$concat": [
     "lease lapsed on the final attempt (", {"$toString": "$attempt"}, " of ",
     {"$toString": "$max_attempts"}, "); the worker likely crashed",
 ]}
+_HELD = {"$eq": ["$held", True]}
+"""True while the job is held: claimed with ``start=False``, its attempt not started (F04)."""
 
 
 def _burial_state(drop: frozenset[str]) -> Doc:
@@ -605,22 +640,26 @@ def _burial_state(drop: frozenset[str]) -> Doc:
     return {"$cond": [{"$in": ["$name", {"$literal": sorted(drop)}]}, "failed", "dead"]}
 
 
-def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozenset[str]) -> list[Doc]:
-    """Pipeline settling one lapsed job: buried on its final attempt (C08), else reclaimed (C07).
+def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozenset[str], start: bool) -> list[Doc]:
+    """Pipeline settling one lapsed job: buried on its final started attempt (C08), else reclaimed (C07).
 
-    ``_final`` is computed from the document as the server writes it, so the choice
-    never rests on an earlier read; every field then takes one branch or the other.
+    ``_held`` and ``_final`` are computed from the document as the server writes it, so
+    the choice never rests on an earlier read; every field then takes one branch or the
+    other. A held job (F04) lost nothing: no error is recorded, it is never buried, and
+    its attempt moves only if this claim starts it.
     """
     final = "$_final"
 
     def pick(buried: Any, reclaimed: Any) -> Doc:
         return {"$cond": [final, buried, reclaimed]}
 
+    lost = d.errors_appended(
+        pick(LEASE_LAPSED_FINAL, LEASE_EXPIRED), pick(_BURIAL_TEXT, {"$literal": LEASE_EXPIRED_TEXT}), now,
+    )
     return [
-        {"$set": {"_final": {"$gte": ["$attempt", "$max_attempts"]}}},
-        d.append_error(
-            pick(LEASE_LAPSED_FINAL, LEASE_EXPIRED), pick(_BURIAL_TEXT, {"$literal": LEASE_EXPIRED_TEXT}), now,
-        ),
+        {"$set": {"_held": _HELD}},
+        {"$set": {"_final": {"$and": [{"$not": ["$_held"]}, {"$gte": ["$attempt", "$max_attempts"]}]}}},
+        {"$set": {"errors": {"$cond": ["$_held", "$errors", lost]}}},
         {"$set": {
             "state": pick(_burial_state(drop), RUNNING),
             "finished_at": pick(now, "$$REMOVE"),
@@ -628,19 +667,38 @@ def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozense
             "lease_expires_at": pick("$$REMOVE", expires),
             "live_key": pick("$$REMOVE", "$live_key"),
             "claim_no": pick("$claim_no", {"$add": ["$claim_no", 1]}),
-            "attempt": pick("$attempt", {"$add": ["$attempt", 1]}),
-            "attempted_at": pick("$attempted_at", now),
+            "attempt": pick("$attempt", {"$add": ["$attempt", 1]} if start else "$attempt"),
+            "attempted_at": pick("$attempted_at", now if start else "$attempted_at"),
+            "held": pick("$$REMOVE", "$$REMOVE" if start else {"$literal": True}),
         }},
-        {"$unset": "_final"},
+        {"$unset": ["_final", "_held"]},
     ]
 
 
-def _take_stages(worker: str, now: datetime, expires: datetime) -> list[Doc]:
-    """Pipeline making a claimable job ``running`` for ``worker`` (C06)."""
-    return [{"$set": {
+def _take_stages(worker: str, now: datetime, expires: datetime, start: bool) -> list[Doc]:
+    """Pipeline making a claimable job ``running`` for ``worker`` (C06), its attempt started or held (F04)."""
+    took: Doc = {
         "state": RUNNING, "worker_id": {"$literal": worker}, "claim_no": {"$add": ["$claim_no", 1]},
-        "attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "lease_expires_at": expires,
-    }}]
+        "lease_expires_at": expires,
+    }
+    if start:
+        took |= {"attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "held": "$$REMOVE"}
+    else:
+        took["held"] = {"$literal": True}
+    return [{"$set": took}]
+
+
+def _started(now: datetime) -> Doc:
+    """Pipeline stage starting a held attempt (F04): ``attempt + 1``, ``attempted_at`` now.
+
+    A started attempt is left as it is, so starting twice, or settling a started job,
+    changes nothing here.
+    """
+    return {"$set": {
+        "attempt": {"$cond": [_HELD, {"$add": ["$attempt", 1]}, "$attempt"]},
+        "attempted_at": {"$cond": [_HELD, now, "$attempted_at"]},
+        "held": "$$REMOVE",
+    }}
 
 
 def _claimed(doc: Doc) -> Claimed:
@@ -655,16 +713,23 @@ def _fence(token: ClaimToken) -> Doc | None:
     return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": token.claim_no}
 
 
-def _ack_update(text: str | None, now: datetime) -> Doc:
-    update: Doc = {
-        "$set": {"state": JobState.DONE.value, "finished_at": now},
-        "$unset": {"lease_expires_at": "", "worker_id": "", "live_key": ""},
+def _tokens(values: object) -> list[ClaimToken]:
+    """A batch of :class:`ClaimToken` for ``start``; any other item refuses the whole batch."""
+    if isinstance(values, str | bytes | ClaimToken) or not isinstance(values, Iterable):
+        raise OptionInvalid(
+            f"tokens must be a list of ClaimToken, got {type(values).__name__}", "pass [claimed.token, ...]"
+        )
+    return [v.check_token(value) for value in values]
+
+
+def _ack_stages(text: str | None, now: datetime, mark: str | None = None) -> list[Doc]:
+    """Pipeline settling a job ``done`` with ``text`` as its result, a held attempt started first."""
+    done: Doc = {
+        "state": JobState.DONE.value, "finished_at": now, "result": "$$REMOVE" if text is None else {"$literal": text},
     }
-    if text is None:
-        update["$unset"]["result"] = ""
-    else:
-        update["$set"]["result"] = text
-    return update
+    if mark is not None:
+        done["settle_mark"] = {"$literal": mark}
+    return [_started(now), {"$set": done}, {"$unset": ["lease_expires_at", "worker_id", "live_key"]}]
 
 
 def _seconds(value: object, name: str) -> float:

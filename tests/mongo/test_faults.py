@@ -76,6 +76,7 @@ CALLS: dict[str, Callable[[MongoDriver, Any], Any]] = {
     "claim": lambda d, t: d.claim(["default"], worker_id="w", limit=3, lease=30),
     "enqueue": lambda d, t: d.enqueue("stalled"),
     "heartbeat": lambda d, t: d.heartbeat(t, 30),
+    "start": lambda d, t: d.start([t]),
     "ack": lambda d, t: d.ack(t),
     "get": lambda d, t: d.introspect.get("1"),
     "rescue": lambda d, t: d.introspect.rescue(),
@@ -91,7 +92,7 @@ def test_a_call_on_a_stalled_connection_answers_a_coded_error_within_its_bound(
     the stalled connection is dropped, and once the network flows the next call works."""
     driver = through()
     driver.enqueue("warm")
-    token = driver.claim(["default"], worker_id="w", lease=30).claimed[0].token
+    token = driver.claim(["default"], worker_id="w", lease=30, start=False).claimed[0].token
     proxy.freeze()
     error = _coded_within(lambda: CALLS[name](driver, token), BOUND)
     assert f"{BOUND:g}s" in error.cause

@@ -199,7 +199,7 @@ def test_standalone_server_offers_no_notify_or_transactions(standalone: str, clo
     """On a standalone server: no notify, no transactional enqueue, a silent subscription; jobs still work."""
     with MongoClient(standalone) as client:
         driver = MongoDriver(client, database="jc_standalone", clock=clock)
-        assert driver.capabilities == frozenset({"shared_store", "ack_landed_only"})
+        assert driver.capabilities == frozenset({"shared_store", "ack_landed_only", "deferred_start"})
         fired: list[str] = []
         driver.subscribe(["default"], fired.append).close()
         with client.start_session() as session:
