@@ -58,6 +58,7 @@ from typing import Any, Literal, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
+import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import MongoClient, ReturnDocument, UpdateOne
 from pymongo import errors as pe
@@ -91,6 +92,8 @@ DEFAULT_CALL_TIMEOUT = 10.0
 """Seconds one driver call may take by default (F07)."""
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds to open one connection, by default (F07)."""
+CLOCK_READ_BOUND = 2.0
+"""Seconds one reading of the server's clock may take (F01, F07)."""
 
 
 class MongoDriver:
@@ -221,8 +224,14 @@ class MongoDriver:
     @translated
     def _store_time(self) -> datetime:
         """The server's wall time (``hello``'s ``localTime``, whole milliseconds): what the
-        default :class:`~jobcore.clock.StoreClock` carries forward (F01)."""
-        found = self._client.admin.command("hello", codec_options=_CODEC).get("localTime")
+        default :class:`~jobcore.clock.StoreClock` carries forward (F01).
+
+        Bounded tighter than a call: a reading that slow is no use (its error is half
+        its round trip), and while the server is away the clock keeps its last reading,
+        so a re-read due during an outage should cost little of a call's time.
+        """
+        with pymongo.timeout(min(self._bounds.call or CLOCK_READ_BOUND, CLOCK_READ_BOUND)):
+            found = self._client.admin.command("hello", codec_options=_CODEC).get("localTime")
         if not isinstance(found, datetime):
             raise BackendFailure(
                 "the MongoDB server's hello answer has no localTime, so its clock cannot be read",

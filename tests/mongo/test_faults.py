@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from jobcore.drivers.mongo import MongoDriver
+from jobcore.drivers.mongo import CLOCK_READ_BOUND, MongoDriver
 from jobcore.parity.plugin import START
 from pymongo import MongoClient
 from pymongo import errors as pe
@@ -140,6 +140,23 @@ def test_a_server_that_accepts_and_never_answers_is_unavailable_within_the_bound
         assert isinstance(error, BackendUnavailable)
     finally:
         driver.close()
+
+
+def test_the_store_clock_keeps_its_reading_through_a_stall(
+    through: Callable[..., MongoDriver], proxy: StallingProxy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A re-reading of the server's clock due while the network stalls gives up within its own short
+    bound and keeps the last reading; the call it was part of still answers within the call bound."""
+    driver = through(clock=None, call_timeout=3.0)
+    assert isinstance(driver.clock, StoreClock)
+    first = driver.clock.now()
+    monkeypatch.setattr(driver.clock, "_refresh", 0.0)  # every now() re-reads from here on
+    proxy.freeze()
+    began = time.monotonic()
+    later = driver.clock.now()
+    assert time.monotonic() - began < CLOCK_READ_BOUND + SLACK
+    assert later >= first
+    _coded_within(lambda: driver.enqueue("stalled"), 3.0)
 
 
 def test_the_change_stream_outlives_a_stall(
