@@ -3,8 +3,9 @@
 Frozen, it keeps every connection open and passes nothing either way, and accepts new
 connections without ever connecting them upstream: a network that stalled, not one that
 failed (nothing is reset, so only client-side bounds can end a wait). Thawed, it passes
-data again on the connections it kept. It counts the connections clients closed, so a
-test can see a timed-out connection being discarded.
+data again on the connections it kept. :meth:`cut` drops every open connection at once
+(killed sessions, a restarted middlebox). It counts the connections clients closed, so
+a test can see a timed-out connection being discarded.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ class StallingProxy:
     def thaw(self) -> None:
         """Pass data again."""
         self._flowing.set()
+
+    def cut(self) -> None:
+        """Close every connection open now, both ends; new ones are served as usual."""
+        with self._lock:
+            cut, self._sockets = self._sockets, []
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def close(self) -> None:
         self._closed.set()
@@ -96,7 +107,7 @@ class StallingProxy:
                                 self.closed_by_client += 1
                         return
                     peer[sock].sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select() on a socket cut() closed
             return
         finally:
             for sock in (client, upstream):

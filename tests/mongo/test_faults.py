@@ -1,13 +1,15 @@
-"""Faults on the MongoDB driver: bounded calls (F07).
+"""Faults on the MongoDB driver: bounded calls (F07) and recovery after a restart (F06).
 
 A stalled network comes from :class:`~tests.mongo.proxy.StallingProxy` (connections stay
-open, nothing passes). Every wait here is real time, kept to a second or two by small
+open, nothing passes); a restart from a second stand-in server stopped and started on
+the same port and storage. Every wait here is real time, kept to a second or two by small
 bounds.
 """
 
 from __future__ import annotations
 
 import math
+import socket
 import threading
 import time
 import uuid
@@ -218,3 +220,118 @@ def test_a_bound_that_is_not_a_positive_duration_is_refused(value: Any) -> None:
         with pytest.raises(OptionInvalid) as caught:
             MongoDriver("mongodb://127.0.0.1:9/", **{name: value})
         assert name in caught.value.cause
+
+
+# -- F06: recovery after a restart ---------------------------------------------------------------
+
+
+def test_the_first_call_after_every_connection_was_cut_succeeds(
+    through: Callable[..., MongoDriver], proxy: StallingProxy,
+) -> None:
+    """Every connection of the driver dropped at once (killed sessions): the next calls simply work,
+    each within a second."""
+    driver = through(call_timeout=5.0)
+    job = driver.enqueue("survives")
+    driver.claim(["default"], worker_id="w", lease=30, start=False)
+    for _ in range(3):
+        proxy.cut()
+        began = time.monotonic()
+        assert driver.introspect.get(job.id) is not None
+        assert driver.enqueue("after").state == "ready"
+        took = time.monotonic() - began
+        assert took < 1.0, f"the first calls after the cut took {took:.2f}s"
+
+
+@pytest.fixture(params=[False, True], ids=["replica-set", "standalone"])
+def restartable(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[dict[str, Any]]:
+    """A stand-in server of its own, on a fixed port and storage so it can be stopped and started again;
+    advertised as a one-node replica set (pymongo retries writes) or as a standalone server (it does not)."""
+    if fx.secantus_binary() is None:
+        pytest.skip("secantusd-py is not installed")
+    port, storage, standalone = fx.free_port(), str(tmp_path / "restart"), request.param
+    process, url, _ = fx.start_secantus(port, storage, standalone=standalone)
+    state: dict[str, Any] = {
+        "process": process, "url": url, "port": port, "storage": storage, "standalone": standalone,
+    }
+    yield state
+    state["process"].terminate()
+    state["process"].wait(timeout=15)
+
+
+def _restart(state: dict[str, Any]) -> float:
+    """Start the server again; answers the monotonic instant it first accepted a TCP connection.
+
+    The server is started from this (the main) thread: the fixture asks Linux to stop it
+    when the thread that spawned it ends. A helper thread watches the port.
+    """
+    accepted: list[float] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", state["port"]), timeout=0.05).close()
+            except OSError:
+                time.sleep(0.002)
+                continue
+            accepted.append(time.monotonic())
+            return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    state["process"] = fx.start_secantus(state["port"], state["storage"], standalone=state["standalone"])[0]
+    watcher.join(60)
+    assert accepted, "the server did not come back"
+    return accepted[0]
+
+
+def test_the_first_call_after_a_restart_succeeds_within_a_second(restartable: dict[str, Any]) -> None:
+    """Server stopped (calls answer JC_DB_UNAVAILABLE), then started again: the driver's first call once it
+    accepts connections succeeds within about a second, a call already waiting succeeds as it comes back,
+    and wake-ups resume."""
+    driver = MongoDriver(restartable["url"], database="jc_recover", call_timeout=2.0)  # the server's clock
+    woken = threading.Event()
+    subscription = driver.subscribe(["default"], lambda queue: woken.set()) if "notify" in driver.capabilities else None
+    try:
+        first, second = driver.enqueue("survives"), driver.enqueue("waits")
+        restartable["process"].terminate()
+        restartable["process"].wait(timeout=15)
+        _coded_within(lambda: driver.claim(["default"], worker_id="w", lease=30), 2.0)
+
+        # A claim that is waiting for a server when it comes back (its own driver, a long bound).
+        patient = MongoDriver(restartable["url"], database="jc_recover", call_timeout=30.0)
+        waiting: dict[str, Any] = {}
+
+        def claim_while_down() -> None:
+            try:
+                waiting["result"] = patient.claim(["default"], worker_id="w1", lease=30)
+            except Exception as exc:
+                waiting["error"] = exc
+            waiting["at"] = time.monotonic()
+
+        thread = threading.Thread(target=claim_while_down, daemon=True)
+        thread.start()
+        time.sleep(0.3)
+        accepted = _restart(restartable)
+        began = time.monotonic()
+        taken = driver.claim(["default"], worker_id="w2", lease=30).claimed
+        took = time.monotonic() - began
+        thread.join(30)
+        patient.close()
+        assert took < 1.0, f"the first call after the restart took {took:.2f}s"
+        assert "at" in waiting, "the waiting claim never returned"
+        assert "error" not in waiting, f"the waiting claim failed: {waiting.get('error')!r}"
+        assert waiting["at"] - accepted < 1.5, f"the waiting claim returned {waiting['at'] - accepted:.2f}s after"
+        ids = {c.job.id for c in taken} | {c.job.id for c in waiting["result"].claimed}
+        assert ids == {first.id, second.id}
+        if subscription is not None:
+            woken.clear()
+            deadline = time.monotonic() + 10
+            while not woken.is_set() and time.monotonic() < deadline:
+                driver.enqueue("wakes")
+                woken.wait(0.5)
+            assert woken.is_set(), "wake-ups did not resume after the restart"
+    finally:
+        if subscription is not None:
+            subscription.close()
+        driver.close()
