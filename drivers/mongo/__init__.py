@@ -55,9 +55,10 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
+import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import MongoClient, ReturnDocument, UpdateOne
 from pymongo import errors as pe
@@ -66,13 +67,13 @@ from pymongo.collection import Collection
 from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
-from jobcore.clock import Clock, SystemClock, to_millis, utc
+from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
-from jobcore.errors import NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
+from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job
 
 from . import _docs as d
-from ._errors import translated
+from ._errors import Bounds, translated
 from ._introspect import MongoIntrospector
 from ._leases import MongoLeases
 from ._schedules import MongoSchedules
@@ -87,6 +88,12 @@ LEASE_EXPIRED = "LeaseExpired"
 LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
 LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
 _CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
+DEFAULT_CALL_TIMEOUT = 10.0
+"""Seconds one driver call may take by default (F07)."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to open one connection, by default (F07)."""
+CLOCK_READ_BOUND = 2.0
+"""Seconds one reading of the server's clock may take (F01, F07)."""
 
 
 class MongoDriver:
@@ -97,18 +104,31 @@ class MongoDriver:
             ``MongoClient`` the caller owns.
         database: Database holding the collections.
         collection_prefix: Prefix of the ``jobs``, ``meta`` and ``leases`` collections.
-        clock: Source of "now" (default: UTC wall time).
+        clock: Source of "now". Default: the server's clock (a
+            :class:`~jobcore.clock.StoreClock` reading ``hello``'s ``localTime``, rule F01);
+            an injected clock (tests) stands in for it.
         default_max_attempts: ``max_attempts`` for jobs enqueued without one.
+        call_timeout: Seconds any one driver call may take, all its round trips included
+            (F07). A client made from a URI gets it as ``timeoutMS`` unless the URI sets
+            ``timeoutMS``, which then rules; for a handed-in client its own ``timeoutMS``
+            rules when set. ``timeoutMS=0`` switches the bound off.
+        connect_timeout: Seconds to open one connection, for a client made from a URI
+            (``connectTimeoutMS``, unless the URI sets it). The wait for a usable server
+            is bounded by ``call_timeout``.
     """
 
     def __init__(
         self, uri_or_client: str | MongoClient[Doc], *, database: str = "jobcore",
         collection_prefix: str = "jobcore_", clock: Clock | None = None,
-        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS,
+        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
+        call_bound = _seconds(call_timeout, "call_timeout")
+        connect_bound = _seconds(connect_timeout, "connect_timeout")
         if isinstance(uri_or_client, str):
             try:
-                self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc)
+                bounded = _bounded_options(uri_or_client, call_bound, connect_bound)
+                self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc, **bounded)
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
                 raise UrlInvalid(
                     f"{redact_url(repr(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact_url(exc)})"
@@ -125,7 +145,14 @@ class MongoDriver:
         v.check_name(database, "database")
         if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
             raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        options = self._client.options
+        own = options.timeout  # the client's timeoutMS in seconds; 0 switches the bound off
+        bound = call_bound if own is None else (float(own) or None)
+        self._bounds = Bounds(
+            call=bound, select=bound or float(options.server_selection_timeout),
+            connect=float(options.pool_options.connect_timeout or 0),
+        )
+        self.clock: Clock = clock if clock is not None else StoreClock(self._store_time)
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         db = self._client.get_database(database, codec_options=_CODEC)
         self._jobs: Collection[Doc] = db[f"{collection_prefix}jobs"]
@@ -172,8 +199,8 @@ class MongoDriver:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """``shared_store`` and ``ack_landed_only``; plus ``notify`` and ``transactional_enqueue``
-        on a replica set or mongos.
+        """``shared_store``, ``ack_landed_only`` and ``deferred_start``; plus ``notify`` and
+        ``transactional_enqueue`` on a replica set or mongos.
 
         Decided from ``hello`` as real MongoDB would: change streams and multi-document
         transactions exist on replica-set members (``setName``) and mongos (``msg:
@@ -183,7 +210,7 @@ class MongoDriver:
             hello = self._hello()
             clustered = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
             extra = {"notify", "transactional_enqueue"} if clustered else set()
-            self._capabilities = frozenset({"shared_store", "ack_landed_only", *extra})
+            self._capabilities = frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})
         return self._capabilities
 
     @capabilities.setter
@@ -192,7 +219,25 @@ class MongoDriver:
 
     @translated
     def _hello(self) -> Doc:
-        return self._client.admin.command("hello")
+        return self._client.admin.command("hello", codec_options=_CODEC)
+
+    @translated
+    def _store_time(self) -> datetime:
+        """The server's wall time (``hello``'s ``localTime``, whole milliseconds): what the
+        default :class:`~jobcore.clock.StoreClock` carries forward (F01).
+
+        Bounded tighter than a call: a reading that slow is no use (its error is half
+        its round trip), and while the server is away the clock keeps its last reading,
+        so a re-read due during an outage should cost little of a call's time.
+        """
+        with pymongo.timeout(min(self._bounds.call or CLOCK_READ_BOUND, CLOCK_READ_BOUND)):
+            found = self._client.admin.command("hello", codec_options=_CODEC).get("localTime")
+        if not isinstance(found, datetime):
+            raise BackendFailure(
+                "the MongoDB server's hello answer has no localTime, so its clock cannot be read",
+                "connect to a mongod or mongos (they answer localTime), or pass clock= explicitly",
+            )
+        return found
 
     @translated
     def migrate(self) -> None:
@@ -370,9 +415,11 @@ class MongoDriver:
     @translated
     def claim(
         self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (),
+        drop_exhausted: Iterable[str] = (), start: bool = True,
     ) -> ClaimResult:
+        """See :meth:`jobcore.driver.JobDriver.claim`; ``start=False`` holds the jobs (F04)."""
         names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        begin = v.check_bool(start, "start")
         self._ensure()
         now = self._now()
         expires = to_millis(now + span)
@@ -380,7 +427,7 @@ class MongoDriver:
         buried: list[Job] = []
         # Steps 1 and 2 in one pass over lapsed leases, in claim order: each write buries
         # or reclaims the job it matched, deciding from that job's own attempt count.
-        settle = _lapsed_stages(worker, now, expires, drop)
+        settle = _lapsed_stages(worker, now, expires, drop, begin)
         lapsed = d.lapsed_query(names, now, final=None)
         while len(claimed) < size:
             doc = self._jobs.find_one_and_update(
@@ -394,7 +441,7 @@ class MongoDriver:
                 buried.append(d.to_job(doc))
         if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
             buried += self._bury(names, drop, now)
-        due, take = d.due_query(names, now), _take_stages(worker, now, expires)
+        due, take = d.due_query(names, now), _take_stages(worker, now, expires, begin)
         while len(claimed) < size:
             doc = self._jobs.find_one_and_update(
                 due, take, sort=d.CLAIM_ORDER, hint=d.CLAIM_INDEX, return_document=ReturnDocument.AFTER,
@@ -417,7 +464,38 @@ class MongoDriver:
                 return buried
             buried.append(d.to_job(doc))
 
-    # -- heartbeat and settle -------------------------------------------------------------
+    # -- start, heartbeat and settle ------------------------------------------------------
+
+    @translated
+    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        """See :meth:`jobcore.driver.DeferredStart.start`.
+
+        One fenced update per token, sent as one bulk write. Its matched count answers
+        the batch outright when every token or none matched; otherwise one read of the
+        fence fields tells which tokens are current. A token current at that read was
+        current when its update ran (a token never becomes current again), so its
+        attempt started; one superseded in between answers ``False``, as it would a
+        moment later anyway.
+        """
+        checked = _tokens(tokens)
+        if not checked:
+            return []
+        update = [_started(self._now())]
+        fences = [_fence(token) for token in checked]
+        ops = [UpdateOne(fence, update) for fence in fences if fence is not None]
+        if not ops:
+            return [False] * len(fences)
+        if len(fences) == 1:
+            return [fences[0] is not None and self._jobs.update_one(fences[0], update).matched_count == 1]
+        matched = self._jobs.bulk_write(ops, ordered=False).matched_count
+        if matched in (0, len(ops)):
+            return [fence is not None and matched > 0 for fence in fences]
+        ids = sorted({fence["_id"] for fence in fences if fence is not None})
+        current = {
+            (doc["_id"], doc.get("worker_id"), doc.get("claim_no"))
+            for doc in self._jobs.find({"_id": {"$in": ids}, "state": RUNNING}, {"worker_id": 1, "claim_no": 1})
+        }
+        return [f is not None and (f["_id"], f["worker_id"], f["claim_no"]) in current for f in fences]
 
     @translated
     def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
@@ -455,9 +533,9 @@ class MongoDriver:
             token, text = checked[0]
             fence = _fence(token)
             if lean:
-                return [fence is not None and self._jobs.update_one(fence, _ack_update(text, now)).matched_count == 1]
+                return [fence is not None and self._jobs.update_one(fence, _ack_stages(text, now)).matched_count == 1]
             doc = None if fence is None else self._jobs.find_one_and_update(
-                fence, _ack_update(text, now), return_document=ReturnDocument.AFTER
+                fence, _ack_stages(text, now), return_document=ReturnDocument.AFTER
             )
             return [None if doc is None else d.to_job(doc)]
         # A batch: one bulk write, each update fenced on its own token and stamped with its
@@ -473,9 +551,7 @@ class MongoDriver:
                 marks.append(None)
                 continue
             mark = f"{batch}:{index}"
-            update = _ack_update(text, now)
-            update["$set"]["settle_mark"] = mark
-            ops.append(UpdateOne(fence, update))
+            ops.append(UpdateOne(fence, _ack_stages(text, now, mark)))
             marks.append(mark)
         landed: dict[str, Doc] = {}
         if ops:
@@ -500,7 +576,9 @@ class MongoDriver:
         if fence is None:
             return None
         now = self._now()
-        stages: list[Doc] = [d.append_error(type_name, message, now)]
+        # A held attempt starts first (F04), so the error is recorded against it and a
+        # give-back (counts_as_attempt=False) leaves the attempt where it was.
+        stages: list[Doc] = [_started(now), d.append_error(type_name, message, now)]
         if not counts_as_attempt:
             stages.append({"$set": {"attempt": {"$subtract": ["$attempt", 1]}}})
         if fail:
@@ -562,6 +640,8 @@ _BURIAL_TEXT = {"$concat": [
     "lease lapsed on the final attempt (", {"$toString": "$attempt"}, " of ",
     {"$toString": "$max_attempts"}, "); the worker likely crashed",
 ]}
+_HELD = {"$eq": ["$held", True]}
+"""True while the job is held: claimed with ``start=False``, its attempt not started (F04)."""
 
 
 def _burial_state(drop: frozenset[str]) -> Doc:
@@ -569,22 +649,26 @@ def _burial_state(drop: frozenset[str]) -> Doc:
     return {"$cond": [{"$in": ["$name", {"$literal": sorted(drop)}]}, "failed", "dead"]}
 
 
-def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozenset[str]) -> list[Doc]:
-    """Pipeline settling one lapsed job: buried on its final attempt (C08), else reclaimed (C07).
+def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozenset[str], start: bool) -> list[Doc]:
+    """Pipeline settling one lapsed job: buried on its final started attempt (C08), else reclaimed (C07).
 
-    ``_final`` is computed from the document as the server writes it, so the choice
-    never rests on an earlier read; every field then takes one branch or the other.
+    ``_held`` and ``_final`` are computed from the document as the server writes it, so
+    the choice never rests on an earlier read; every field then takes one branch or the
+    other. A held job (F04) lost nothing: no error is recorded, it is never buried, and
+    its attempt moves only if this claim starts it.
     """
     final = "$_final"
 
     def pick(buried: Any, reclaimed: Any) -> Doc:
         return {"$cond": [final, buried, reclaimed]}
 
+    lost = d.errors_appended(
+        pick(LEASE_LAPSED_FINAL, LEASE_EXPIRED), pick(_BURIAL_TEXT, {"$literal": LEASE_EXPIRED_TEXT}), now,
+    )
     return [
-        {"$set": {"_final": {"$gte": ["$attempt", "$max_attempts"]}}},
-        d.append_error(
-            pick(LEASE_LAPSED_FINAL, LEASE_EXPIRED), pick(_BURIAL_TEXT, {"$literal": LEASE_EXPIRED_TEXT}), now,
-        ),
+        {"$set": {"_held": _HELD}},
+        {"$set": {"_final": {"$and": [{"$not": ["$_held"]}, {"$gte": ["$attempt", "$max_attempts"]}]}}},
+        {"$set": {"errors": {"$cond": ["$_held", "$errors", lost]}}},
         {"$set": {
             "state": pick(_burial_state(drop), RUNNING),
             "finished_at": pick(now, "$$REMOVE"),
@@ -592,19 +676,38 @@ def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozense
             "lease_expires_at": pick("$$REMOVE", expires),
             "live_key": pick("$$REMOVE", "$live_key"),
             "claim_no": pick("$claim_no", {"$add": ["$claim_no", 1]}),
-            "attempt": pick("$attempt", {"$add": ["$attempt", 1]}),
-            "attempted_at": pick("$attempted_at", now),
+            "attempt": pick("$attempt", {"$add": ["$attempt", 1]} if start else "$attempt"),
+            "attempted_at": pick("$attempted_at", now if start else "$attempted_at"),
+            "held": pick("$$REMOVE", "$$REMOVE" if start else {"$literal": True}),
         }},
-        {"$unset": "_final"},
+        {"$unset": ["_final", "_held"]},
     ]
 
 
-def _take_stages(worker: str, now: datetime, expires: datetime) -> list[Doc]:
-    """Pipeline making a claimable job ``running`` for ``worker`` (C06)."""
-    return [{"$set": {
+def _take_stages(worker: str, now: datetime, expires: datetime, start: bool) -> list[Doc]:
+    """Pipeline making a claimable job ``running`` for ``worker`` (C06), its attempt started or held (F04)."""
+    took: Doc = {
         "state": RUNNING, "worker_id": {"$literal": worker}, "claim_no": {"$add": ["$claim_no", 1]},
-        "attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "lease_expires_at": expires,
-    }}]
+        "lease_expires_at": expires,
+    }
+    if start:
+        took |= {"attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "held": "$$REMOVE"}
+    else:
+        took["held"] = {"$literal": True}
+    return [{"$set": took}]
+
+
+def _started(now: datetime) -> Doc:
+    """Pipeline stage starting a held attempt (F04): ``attempt + 1``, ``attempted_at`` now.
+
+    A started attempt is left as it is, so starting twice, or settling a started job,
+    changes nothing here.
+    """
+    return {"$set": {
+        "attempt": {"$cond": [_HELD, {"$add": ["$attempt", 1]}, "$attempt"]},
+        "attempted_at": {"$cond": [_HELD, now, "$attempted_at"]},
+        "held": "$$REMOVE",
+    }}
 
 
 def _claimed(doc: Doc) -> Claimed:
@@ -619,15 +722,37 @@ def _fence(token: ClaimToken) -> Doc | None:
     return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": token.claim_no}
 
 
-def _ack_update(text: str | None, now: datetime) -> Doc:
-    update: Doc = {
-        "$set": {"state": JobState.DONE.value, "finished_at": now},
-        "$unset": {"lease_expires_at": "", "worker_id": "", "live_key": ""},
+def _tokens(values: object) -> list[ClaimToken]:
+    """A batch of :class:`ClaimToken` for ``start``; any other item refuses the whole batch."""
+    if isinstance(values, str | bytes | ClaimToken) or not isinstance(values, Iterable):
+        raise OptionInvalid(
+            f"tokens must be a list of ClaimToken, got {type(values).__name__}", "pass [claimed.token, ...]"
+        )
+    return [v.check_token(value) for value in values]
+
+
+def _ack_stages(text: str | None, now: datetime, mark: str | None = None) -> list[Doc]:
+    """Pipeline settling a job ``done`` with ``text`` as its result, a held attempt started first."""
+    done: Doc = {
+        "state": JobState.DONE.value, "finished_at": now, "result": "$$REMOVE" if text is None else {"$literal": text},
     }
-    if text is None:
-        update["$unset"]["result"] = ""
-    else:
-        update["$set"]["result"] = text
-    return update
+    if mark is not None:
+        done["settle_mark"] = {"$literal": mark}
+    return [_started(now), {"$set": done}, {"$unset": ["lease_expires_at", "worker_id", "live_key"]}]
 
 
+def _seconds(value: object, name: str) -> float:
+    """A positive finite number of seconds (or a timedelta), as seconds."""
+    return v.check_duration(value, name, positive=True).total_seconds()
+
+
+def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
+    """The time bounds a client made from ``uri`` gets (F07), leaving any the URI sets itself.
+
+    ``timeoutMS`` bounds each operation and, under it, the wait for a server too.
+    Only the URI's own query is read (an SRV record's TXT options cannot set timeouts).
+    """
+    query = urlsplit(uri).query.replace(";", "&")
+    given = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+    wanted = {"timeoutMS": call, "connectTimeoutMS": connect}
+    return {name: max(1, round(seconds * 1000)) for name, seconds in wanted.items() if name.lower() not in given}

@@ -10,6 +10,8 @@ A job is one document in ``<prefix>jobs``::
     run_at, created_at                             BSON date (ms)
     attempted_at, finished_at, lease_expires_at    BSON date, absent when None
     worker_id, key, result                         absent when None
+    held           true while the job is held: claimed with start=False, its attempt
+                   not started (F04); absent otherwise
     live_key       the key, present only while the job is live (partial unique index)
     errors         [{type, message, at, attempt}], oldest first
     settle_mark    set by a batched ack_many: which item of which batch settled it
@@ -41,6 +43,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "append_error",
     "due_query",
+    "errors_appended",
     "filter_query",
     "key_clash",
     "lapsed_query",
@@ -129,8 +132,8 @@ def key_clash(error: Mapping[str, Any]) -> bool:
     )
 
 
-def append_error(type_name: Any, message: Any, now: datetime) -> dict[str, Any]:
-    """A pipeline ``$set`` appending one error entry for the document's current attempt.
+def errors_appended(type_name: Any, message: Any, now: datetime) -> dict[str, Any]:
+    """The expression of the document's error history with one entry for its current attempt.
 
     ``type_name`` and ``message`` are each a str (wrapped in ``$literal``) or an
     aggregation expression.
@@ -138,14 +141,19 @@ def append_error(type_name: Any, message: Any, now: datetime) -> dict[str, Any]:
     kind = {"$literal": type_name} if isinstance(type_name, str) else type_name
     text = {"$literal": message} if isinstance(message, str) else message
     entry = {"type": kind, "message": text, "at": now, "attempt": "$attempt"}
-    return {"$set": {"errors": {"$concatArrays": [{"$ifNull": ["$errors", []]}, [entry]]}}}
+    return {"$concatArrays": [{"$ifNull": ["$errors", []]}, [entry]]}
+
+
+def append_error(type_name: Any, message: Any, now: datetime) -> dict[str, Any]:
+    """A pipeline ``$set`` appending one error entry (see :func:`errors_appended`)."""
+    return {"$set": {"errors": errors_appended(type_name, message, now)}}
 
 
 def finish_stages(state: Any, now: datetime) -> list[dict[str, Any]]:
-    """Pipeline stages settling a job finished: state, ``finished_at``, no lease, holder or live key."""
+    """Pipeline stages settling a job finished: state, ``finished_at``, no lease, holder, live key or hold."""
     return [
         {"$set": {"state": state, "finished_at": now}},
-        {"$unset": ["lease_expires_at", "worker_id", "live_key"]},
+        {"$unset": ["lease_expires_at", "worker_id", "live_key", "held"]},
     ]
 
 
@@ -157,15 +165,19 @@ def due_query(queues: Iterable[str], now: datetime) -> dict[str, Any]:
 def lapsed_query(queues: Iterable[str] | None, now: datetime, *, final: bool | None) -> dict[str, Any]:
     """Running jobs whose lease lapsed (``lease_expires_at <= now``), in ``queues`` or all.
 
-    ``final=True`` picks those on their final attempt (burial, C08), ``False`` those
-    with attempts left (reclaim, C07), ``None`` both (the update then decides per job).
+    ``final=True`` picks started attempts that were the job's last (burial, C08),
+    ``False`` the others: attempts left (reclaim, C07) or held, never started (F04);
+    ``None`` both (the update then decides per job).
     """
     query: dict[str, Any] = {"state": "running"}
     if queues is not None:
         query["queue"] = {"$in": list(queues)}
     query["lease_expires_at"] = {"$lte": now}
-    if final is not None:
-        query["$expr"] = {"$gte" if final else "$lt": ["$attempt", "$max_attempts"]}
+    if final is True:
+        query["held"] = {"$ne": True}
+        query["$expr"] = {"$gte": ["$attempt", "$max_attempts"]}
+    elif final is False:
+        query["$expr"] = {"$or": [{"$eq": ["$held", True]}, {"$lt": ["$attempt", "$max_attempts"]}]}
     return query
 
 

@@ -1,60 +1,117 @@
-"""The one place pymongo errors become coded jobcore errors (the original stays on ``__cause__``).
+"""The one place pymongo errors become coded jobcore errors, and where every call gets its time bound.
 
 Every public method of the MongoDB driver runs inside :func:`translated`, so a caller
 never sees a raw pymongo exception: a lost connection or a server that cannot be
-reached is :class:`~jobcore.errors.BackendUnavailable`, a timeout
+reached is :class:`~jobcore.errors.BackendUnavailable`, a call that ran out of time
 :class:`~jobcore.errors.BackendTimeout`, anything else
 :class:`~jobcore.errors.BackendFailure`. Errors jobcore raises itself pass through.
+
+The same wrapper bounds the call (rule F07): the whole driver call, however many round
+trips it makes, runs under one ``pymongo.timeout`` deadline (client-side operation
+timeout), which caps server selection, connection checkout, connecting and every socket
+read. A call that passes it is cut off on the client, its connection is discarded by
+pymongo, and the caller gets ``JC_DB_TIMEOUT`` (or ``JC_DB_UNAVAILABLE`` when no server
+could be selected in time) naming the bound that passed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+import attrs
+import pymongo
 from pymongo import errors as pe
 
 from jobcore.errors import BackendError, BackendFailure, BackendTimeout, BackendUnavailable
 
-__all__ = ["translate", "translated"]
+__all__ = ["Bounds", "translate", "translated"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-_UNAVAILABLE_FIX = "check that the MongoDB server is up and reachable; the call may be retried"
+
+@attrs.frozen(kw_only=True)
+class Bounds:
+    """The client-side time bounds of one driver's calls (F07), in seconds.
+
+    Attributes:
+        call: Deadline of each driver call as a whole, waiting for a server included
+            (under a call deadline pymongo waits for a server until the deadline, not
+            ``serverSelectionTimeoutMS``); ``None`` when the caller switched it off
+            (``timeoutMS=0``), leaving the client's own ``serverSelectionTimeoutMS``.
+        select: Longest wait for a usable server: ``call``, else the client's
+            ``serverSelectionTimeoutMS``.
+        connect: Longest wait to open one connection (``connectTimeoutMS``).
+    """
+
+    call: float | None
+    select: float
+    connect: float
+
+    def describe(self) -> str:
+        call = "none" if self.call is None else f"{self.call:g}s"
+        return f"call bound {call}, waiting for a server {self.select:g}s, connecting {self.connect:g}s"
 
 
-def translate(exc: pe.PyMongoError, what: str) -> BackendError:
-    """The coded jobcore error for ``exc``, raised while doing ``what``.
+_UNBOUNDED = Bounds(call=None, select=30.0, connect=20.0)  # pymongo's own defaults
 
-    Order matters: ``ServerSelectionTimeoutError`` and ``NetworkTimeout`` both subclass
-    ``AutoReconnect``; a server that cannot be selected is unavailable, while a socket
-    or operation that ran out of time is a timeout.
+
+def _unavailable_fix(bounds: Bounds) -> str:
+    return (
+        "check that the MongoDB server is up and reachable from this host; the call may be retried "
+        f"(the driver waited {bounds.select:g}s for a server; "
+        "raise call_timeout= or timeoutMS in the URI to wait longer)"
+    )
+
+
+def translate(exc: pe.PyMongoError, what: str, bounds: Bounds = _UNBOUNDED) -> BackendError:
+    """The coded jobcore error for ``exc``, raised while doing ``what`` under ``bounds``.
+
+    Order matters: ``ServerSelectionTimeoutError`` is both a ``ConnectionFailure`` and a
+    timeout; a server that cannot be selected in time is unavailable, while a socket or
+    operation that ran out of time (``exc.timeout``: a network timeout, the call's
+    deadline, ``maxTimeMS`` on the server) is a timeout.
     """
     detail = f"{type(exc).__name__}: {str(exc)[:200]}"
     if isinstance(exc, pe.ServerSelectionTimeoutError):
-        return BackendUnavailable(f"MongoDB could not be reached during {what} ({detail})", _UNAVAILABLE_FIX)
-    if isinstance(exc, pe.NetworkTimeout | pe.ExecutionTimeout | pe.WTimeoutError | pe.WaitQueueTimeoutError):
-        return BackendTimeout(f"MongoDB timed out during {what} ({detail})")
+        return BackendUnavailable(
+            f"no MongoDB server could be used for {what} in time ({bounds.describe()}; {detail})",
+            _unavailable_fix(bounds),
+        )
+    if exc.timeout or isinstance(exc, pe.ExecutionTimeout | pe.WTimeoutError | pe.WaitQueueTimeoutError):
+        bound = "no call bound" if bounds.call is None else f"the {bounds.call:g}s call bound"
+        return BackendTimeout(
+            f"MongoDB did not finish {what} within {bound} ({bounds.describe()}; {detail})",
+            "the connection was dropped and the call may be retried; if the server is merely slow, raise "
+            "call_timeout= (timeoutMS in the URI), else check the network and the server's load",
+        )
     if isinstance(exc, pe.ConnectionFailure):
-        return BackendUnavailable(f"the MongoDB connection failed during {what} ({detail})", _UNAVAILABLE_FIX)
+        return BackendUnavailable(f"the MongoDB connection failed during {what} ({detail})", _unavailable_fix(bounds))
     return BackendFailure(f"MongoDB refused {what} ({detail})", "see the original error on __cause__")
 
 
 def translated(func: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run ``func`` with pymongo errors translated (see :func:`translate`)."""
+    """Run the method ``func`` under its owner's call bound, pymongo errors translated.
+
+    The owner (``args[0]``: the driver or one of its parts) carries ``_bounds``.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        owner: Any = args[0]
+        bounds: Bounds = owner._bounds
         try:
-            return func(*args, **kwargs)
+            with contextlib.nullcontext() if bounds.call is None else pymongo.timeout(bounds.call):
+                return func(*args, **kwargs)
         except pe.PyMongoError as exc:
             if kwargs.get("session") is not None and exc.has_error_label("TransientTransactionError"):
                 # The caller's own transaction failed transiently (a write conflict, an
                 # election): pymongo's with_transaction retries only on its own error
                 # with this label, so it passes through untranslated.
                 raise
-            raise translate(exc, func.__name__) from exc
+            raise translate(exc, func.__name__.strip("_").replace("_", " "), bounds) from exc
 
     return wrapper

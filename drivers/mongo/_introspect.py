@@ -61,6 +61,7 @@ class MongoIntrospector:
 
     def __init__(self, driver: MongoDriver, jobs: Collection[Doc]) -> None:
         self._d, self._jobs = driver, jobs
+        self._bounds = driver._bounds
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -129,12 +130,14 @@ class MongoIntrospector:
         buried = self._d._bury(None, frozenset(), now)
         # update_many re-evaluates the filter on each document as it writes it, so a job
         # heartbeated or reclaimed meanwhile is left alone, and a second sweep finds nothing.
+        # A held job (F04) lost no attempt: it goes back as it was, nothing recorded.
+        lost = d.errors_appended("LeaseExpired", "lease expired before the attempt finished", now)
         moved = self._jobs.update_many(
             d.lapsed_query(None, now, final=False),
             [
-                d.append_error("LeaseExpired", "lease expired before the attempt finished", now),
+                {"$set": {"errors": {"$cond": [{"$eq": ["$held", True]}, "$errors", lost]}}},
                 {"$set": {"state": JobState.READY.value, "run_at": now}},
-                {"$unset": ["lease_expires_at", "worker_id"]},
+                {"$unset": ["lease_expires_at", "worker_id", "held"]},
             ],
         )
         return RescueResult(requeued=moved.modified_count, buried=tuple(buried))

@@ -32,6 +32,7 @@ class MongoLeases:
 
     def __init__(self, driver: MongoDriver, collection: Collection[dict[str, Any]]) -> None:
         self._driver, self._slots = driver, collection
+        self._bounds = driver._bounds
 
     @translated
     def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:

@@ -81,6 +81,7 @@ class MongoSchedules:
 
     def __init__(self, driver: MongoDriver, collection: Collection[Doc]) -> None:
         self._d, self._docs = driver, collection
+        self._bounds = driver._bounds
 
     @property
     def _jobs(self) -> Collection[Doc]:

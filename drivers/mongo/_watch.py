@@ -7,6 +7,10 @@ connection busy in a long poll) however many workers subscribe, and a small pool
 never starved by pollers. Wake-ups are hints: workers still poll, which covers anything
 missed while a stream reopens. On a server without change streams (standalone),
 ``subscribe`` answers :class:`Silent`.
+
+The stream never hangs (F07): opening it and each poll run under the driver's call
+bound, so a stalled socket ends in a timeout, the connection is dropped and the stream
+reopened; after an outage it reopens by itself as soon as the server answers (F06).
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import pymongo
 from pymongo import errors as pe
 
+from jobcore.errors import JobcoreError
 from jobcore.records import JobState
 
 if TYPE_CHECKING:
@@ -31,6 +37,10 @@ _log = logging.getLogger("jobcore.drivers.mongo")
 READY, SCHEDULED = JobState.READY.value, JobState.SCHEDULED.value
 WAIT_MS = 250
 """How long one poll of the stream waits on the server; bounds how fast a hub stops."""
+BOUND = 10.0
+"""Seconds opening the stream or one poll may take when the driver's calls are unbounded."""
+REOPEN_PAUSE = 0.5
+"""Pause between attempts to reopen a broken stream."""
 
 Entry = tuple[frozenset[str], Callable[[str], None]]
 
@@ -92,36 +102,44 @@ class Hub:
         if idle:  # nobody listens: free the connection the long poll holds
             self._driver._hub_idle(self)
 
+    def _bound(self) -> Any:
+        """The deadline of one open or poll: the driver's call bound (a stalled socket times out)."""
+        return pymongo.timeout(self._driver._bounds.call or BOUND)
+
     def _open(self) -> Any:
         pipeline = [{"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}}]
-        return self._driver._jobs.watch(
-            pipeline, full_document="updateLookup", max_await_time_ms=WAIT_MS, resume_after=self._resume,
-        )
+        with self._bound():
+            return self._driver._jobs.watch(
+                pipeline, full_document="updateLookup", max_await_time_ms=WAIT_MS, resume_after=self._resume,
+            )
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 if self._stream is None:
                     self._stream = self._open()
-                change = self._stream.try_next()
+                with self._bound():
+                    change = self._stream.try_next()
                 self._resume = self._stream.resume_token
-                if change is not None:
-                    self._deliver(change.get("fullDocument"))
             except pe.PyMongoError as exc:
                 # Reopen after the last event seen; if the server lost that point (a
                 # restart of a server without a durable oplog), start afresh.
                 _log.debug("change stream interrupted (%s); reopening", exc)
                 self._discard()
-                if isinstance(exc, pe.OperationFailure):
+                if isinstance(exc, pe.OperationFailure) and not exc.timeout:
                     self._resume = None
-                self._stop.wait(0.5)
+                self._stop.wait(REOPEN_PAUSE)
+                continue
+            if change is not None:
+                self._deliver(change.get("fullDocument"))
         self._discard()
 
     def _discard(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
             try:
-                stream.close()
+                with self._bound():  # closing sends killCursors: a stalled server must not hold it
+                    stream.close()
             except pe.PyMongoError:
                 _log.debug("closing a broken change stream failed", exc_info=True)
 
@@ -131,9 +149,12 @@ class Hub:
         if not doc:
             return
         queue, state, run_at = doc.get("queue"), doc.get("state"), doc.get("run_at")
-        due = state == READY or (
-            state == SCHEDULED and isinstance(run_at, datetime) and run_at <= self._driver._now()
-        )
+        due = state == READY
+        if state == SCHEDULED and isinstance(run_at, datetime):
+            try:
+                due = run_at <= self._driver._now()
+            except JobcoreError:  # the server's clock could not be read: wake anyway, it is a hint
+                due = True
         if not due or not isinstance(queue, str):
             return
         with self._lock:

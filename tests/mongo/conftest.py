@@ -34,7 +34,7 @@ def make(server: fx.MongoServer, clock: ManualClock) -> Iterator[Callable[..., A
         def build(database: str | None = None, client: Any = None, clock_: Any = None) -> MongoDriver:
             name = database or f"jc_test_{uuid.uuid4().hex[:16]}"
             target = client if client is not None else server.client
-            driver = MongoDriver(target, database=name, clock=clock_ or clock)
+            driver = MongoDriver(target, database=name, clock=clock_ or clock, **server.driver_options)
             driver.migrate()
             stack.callback(target.drop_database, name)
             stack.callback(driver.close)

@@ -61,7 +61,7 @@ def test_claim_query_uses_the_claim_index(driver: MongoDriver, clock: Any) -> No
     assert "IXSCAN" in stages
 
 
-@pytest.mark.parametrize("final", [None, True], ids=["claim", "burial"])
+@pytest.mark.parametrize("final", [None, True, False], ids=["claim", "burial", "rescue"])
 def test_lapsed_lease_queries_have_an_index(driver: MongoDriver, clock: Any, final: bool | None) -> None:
     """jc_lease serves the lapsed-lease queries of claim, burial and rescue.
 
