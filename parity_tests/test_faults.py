@@ -19,15 +19,18 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from jobcore.parity._faulty import FaultyDriver
+from jobcore.parity._proxy import Proxy
 from jobcore.parity._skewed import skewed_client
 from jobcore.parity._support import LEASE, WAIT, claim_one, job_in, make_worker, running, wait_until
 
 from jobcore.clock import ManualClock
+from jobcore.current import connect
 from jobcore.driver import DeferredStart, JobDriver
-from jobcore.errors import LeaseLost, OptionInvalid
+from jobcore.errors import BackendError, LeaseLost, OptionInvalid
 from jobcore.records import Job, JobState
 from jobcore.registry import JobContext, Registry
 from jobcore.worker import Worker
@@ -60,8 +63,7 @@ def test_F01_a_delay_counts_from_the_store_clock(driver: JobDriver, clock: Manua
 def test_F01_a_client_whose_clock_is_off_takes_no_live_lease_and_runs_nothing_early(
     driver_factory: Any, offset: str
 ) -> None:
-    """A client an hour off takes only what is due by the store's clock, writes leases the store sees as live,
-    rescues nothing live, and counts a delay from store time."""
+    """A client an hour off takes no live lease and nothing early, writes live leases, rescues nothing live."""
     store = driver_factory(store_clock=True)
     if "shared_store" not in store.capabilities:
         pytest.skip("driver lacks capability shared_store")
@@ -433,3 +435,66 @@ def test_F06_after_an_outage_the_worker_claims_again_within_two_seconds(driver: 
         assert worker._thread is not None
         assert worker._thread.is_alive()
 
+
+# -- F07 bounded calls -----------------------------------------------------------------------------
+
+BOUND = 1.0
+"""The ``call_timeout`` (seconds) the F07 scenario builds its client with."""
+CONNECT_BOUND = 5.0
+"""The longest a driver may take to give up opening a connection (its default connect bound)."""
+
+
+def _through(url: str, proxy: Proxy) -> str:
+    """``url`` with its host and port replaced by the proxy's."""
+    parts = urlsplit(url)
+    auth = parts.netloc.rpartition("@")[0]
+    netloc = f"{auth}@{proxy.host}:{proxy.port}" if auth else f"{proxy.host}:{proxy.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def test_F07_a_call_on_a_stalled_connection_ends_in_a_coded_error_within_its_bound(driver_factory: Any) -> None:
+    """Through a network that forwards nothing, a call answers JC_DB_TIMEOUT or JC_DB_UNAVAILABLE within its bound."""
+    store = driver_factory(store_clock=True)
+    if "shared_store" not in store.capabilities:
+        pytest.skip("driver lacks capability shared_store")
+    url = getattr(store, "url", None)
+    if not isinstance(url, str):
+        pytest.fail(f"{type(store).__name__} declares shared_store but has no str `url` reaching its store")
+    target = urlsplit(url)
+    assert target.hostname is not None
+    assert target.port is not None
+    with Proxy(target.hostname, target.port) as proxy:
+        client = connect(_through(url, proxy), call_timeout=BOUND)
+        try:
+            job = client.enqueue("f07", queue="f07")
+            proxy.freeze()
+            # The first call meets its pooled connection stalled (bounded by call_timeout); the
+            # next needs a new connection through the stalled network (bounded by the
+            # driver's connect bound, 5 s by default on jobcore's drivers).
+            for call, bound in (
+                (lambda: client.claim(["f07"], worker_id="w", lease=LEASE), BOUND),
+                (lambda: client.introspect.get(job.id), CONNECT_BOUND),
+            ):
+                began = time.monotonic()
+                with pytest.raises(BackendError) as info:
+                    call()
+                took = time.monotonic() - began
+                assert info.value.code in ("JC_DB_TIMEOUT", "JC_DB_UNAVAILABLE"), info.value
+                assert info.value.cause
+                assert info.value.fix
+                assert took < bound + 2.0, f"a call on a stalled network took {took:.1f}s against a {bound}s bound"
+            proxy.thaw()
+            # F06: the next calls simply work. (The stalled claim's bytes may reach the store
+            # once the network flows, and take the job under a token nobody holds: it lapses.)
+            found = wait_until(lambda: _get_quietly(client, job.id), timeout=BOUND + 5.0, what="a call after the thaw")
+            assert found.state in (JobState.READY, JobState.RUNNING)
+        finally:
+            proxy.thaw()
+            client.close()
+
+
+def _get_quietly(driver: JobDriver, job_id: str) -> Job | None:
+    try:
+        return driver.introspect.get(job_id)
+    except BackendError:
+        return None
