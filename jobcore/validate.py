@@ -402,7 +402,12 @@ class StoreTimedJob:
     def due(self, now: datetime) -> tuple[datetime, JobState]:
         """``(run_at, state)`` as the store decides them, ``now`` being its clock's reading
         (to the millisecond): ``scheduled`` when due after it, else ``ready`` (E01)."""
-        due = self.run_at if self.run_at is not None else to_millis(now + self.delay)
+        if self.run_at is not None:
+            due = self.run_at
+        elif self.delay:
+            due = to_millis(now + self.delay)
+        else:
+            return now, JobState.READY  # the common case: due at once
         return due, JobState.SCHEDULED if due > now else JobState.READY
 
 

@@ -57,7 +57,7 @@ from . import _schema
 from ._errors import translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
-from ._pool import DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, connect_kwargs, unbounded
+from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, bounded, connect_kwargs
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 from ._schedules import PostgresSchedules
 from ._sql import Statements
@@ -314,8 +314,10 @@ class PostgresDriver:
         return None if clock is None else to_millis(clock.now())
 
     def _read_store_time(self) -> datetime:
-        """The store's ``now()``, one round trip (``driver.clock``'s reading)."""
-        with translated(self.schema), self._connection() as conn:
+        """The store's ``now()``, one round trip (``driver.clock``'s reading), bounded by
+        the shorter of ``call_timeout`` and :data:`._pool.CLOCK_READ_TIMEOUT`."""
+        limit = min(self.call_timeout or CLOCK_READ_TIMEOUT, CLOCK_READ_TIMEOUT)
+        with translated(self.schema), self._connection() as conn, bounded(conn, limit):
             row = conn.execute(self.q.STORE_NOW).fetchone()
         assert row is not None
         stamp: datetime = row[0]
@@ -629,7 +631,7 @@ class PostgresDriver:
 
     def _migrate(self) -> None:
         # Never cut short by call_timeout: DDL on a large table takes what it takes.
-        with translated(self.schema), self._connection() as conn, unbounded(conn):
+        with translated(self.schema), self._connection() as conn, bounded(conn, None):
             before = _schema.migrate(conn, self.schema)
         if before > _schema.LATEST:
             raise SchemaOutdated(

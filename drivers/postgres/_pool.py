@@ -34,20 +34,25 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolClosed, PoolTimeout
 
 __all__ = [
+    "CLOCK_READ_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
     "BoundedConnection",
     "CallTimeout",
     "Pool",
     "alive",
+    "bounded",
     "connect_kwargs",
-    "unbounded",
 ]
 
 RV = TypeVar("RV")
 
 DEFAULT_CALL_TIMEOUT: Final = 10.0
 """Seconds a statement may wait for the server before the driver gives up on it."""
+CLOCK_READ_TIMEOUT: Final = 2.0
+"""Seconds ``driver.clock``'s reading of the store's time may take: a reading that slow is
+of no use (the clock keeps its last one), and the caller asking the time should not wait
+a whole ``call_timeout``."""
 DEFAULT_CONNECT_TIMEOUT: Final = 5
 """Seconds to open a connection (libpq's ``connect_timeout``, which it rounds to whole
 seconds, at least 2), unless the URL names its own."""
@@ -97,12 +102,13 @@ class BoundedConnection(psycopg.Connection[Any]):
 
 
 @contextlib.contextmanager
-def unbounded(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    """``conn`` with no client-side bound for the block (a migration's DDL may take long)."""
+def bounded(conn: psycopg.Connection[Any], seconds: float | None) -> Iterator[psycopg.Connection[Any]]:
+    """``conn`` with its client-side bound set to ``seconds`` for the block (``None``: no
+    bound, for a migration's DDL); a connection of another class is left as it is."""
     if not isinstance(conn, BoundedConnection):
         yield conn
         return
-    bound, conn.call_timeout = conn.call_timeout, None
+    bound, conn.call_timeout = conn.call_timeout, seconds
     try:
         yield conn
     finally:

@@ -22,7 +22,7 @@ from jobcore.parity.plugin import START
 from psycopg import sql
 
 from fixtures import postgres as fx
-from jobcore.clock import ManualClock
+from jobcore.clock import ManualClock, StoreClock
 from jobcore.errors import BackendTimeout, BackendUnavailable, OptionInvalid, UrlInvalid
 from tests.postgres.proxy import Proxy, through, upstream_of
 
@@ -113,6 +113,25 @@ def test_every_call_on_a_stalled_connection_is_bounded(
     with _within(0.2, 1.3), pytest.raises(BackendTimeout) as info:
         _CALLS[call](driver, token)
     assert info.value.code == "JC_DB_TIMEOUT"
+
+
+def test_the_store_clock_reading_is_bounded_more_tightly_than_a_call(
+    proxied: Callable[..., tuple[PostgresDriver, Proxy]],
+) -> None:
+    """driver.clock (a StoreClock) asks the store for its time: on a stalled path that read gives
+    up after CLOCK_READ_TIMEOUT, not a whole call_timeout, and keeps nothing it did not read."""
+    driver, proxy = proxied(call_timeout=10_000)
+    store = PostgresDriver.from_url(driver.url, call_timeout=10)  # no clock injected: a StoreClock
+    try:
+        assert isinstance(store.clock, StoreClock)
+        store.introspect.get("1")  # connected; the clock has no reading yet
+        proxy.freeze()
+        with _within(_pool.CLOCK_READ_TIMEOUT - 0.1, _pool.CLOCK_READ_TIMEOUT + 1.0), pytest.raises(BackendTimeout):
+            store.clock.now()
+        proxy.thaw()
+        assert store.clock.now().tzinfo is not None
+    finally:
+        store.close()
 
 
 def test_the_server_cancels_a_slow_statement_first_and_keeps_the_connection(
