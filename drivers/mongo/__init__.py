@@ -120,8 +120,8 @@ class MongoDriver:
     def __init__(
         self, uri_or_client: str | MongoClient[Doc], *, database: str = "jobcore",
         collection_prefix: str = "jobcore_", clock: Clock | None = None,
-        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, call_timeout: float = DEFAULT_CALL_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, call_timeout: Duration = DEFAULT_CALL_TIMEOUT,
+        connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         call_bound = _seconds(call_timeout, "call_timeout")
         connect_bound = _seconds(connect_timeout, "connect_timeout")
