@@ -65,7 +65,7 @@ def skewed_client(url: str, offset: str) -> Iterator[SkewedClient]:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
-    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [faketime, "-f", offset, sys.executable, "-m", "jobcore.parity._skewed", url],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,

@@ -477,7 +477,7 @@ class MongoDriver:
         attempt started; one superseded in between answers ``False``, as it would a
         moment later anyway.
         """
-        checked = _tokens(tokens)
+        checked = v.check_tokens(tokens)
         if not checked:
             return []
         update = [_started(self._now())]
@@ -720,15 +720,6 @@ def _fence(token: ClaimToken) -> Doc | None:
     if seq is None or not isinstance(token.claim_no, int) or not isinstance(token.worker_id, str):
         return None
     return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": token.claim_no}
-
-
-def _tokens(values: object) -> list[ClaimToken]:
-    """A batch of :class:`ClaimToken` for ``start``; any other item refuses the whole batch."""
-    if isinstance(values, str | bytes | ClaimToken) or not isinstance(values, Iterable):
-        raise OptionInvalid(
-            f"tokens must be a list of ClaimToken, got {type(values).__name__}", "pass [claimed.token, ...]"
-        )
-    return [v.check_token(value) for value in values]
 
 
 def _ack_stages(text: str | None, now: datetime, mark: str | None = None) -> list[Doc]:

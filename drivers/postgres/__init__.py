@@ -535,11 +535,7 @@ class PostgresDriver:
 
     def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
         """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
-        if isinstance(tokens, str | bytes | ClaimToken) or not isinstance(tokens, Iterable):
-            raise OptionInvalid(
-                f"tokens must be a list of ClaimToken, got {type(tokens).__name__}", "pass [claimed.token, ...]"
-            )
-        checked = [v.check_token(token) for token in tokens]
+        checked = v.check_tokens(tokens)
         answers = [False] * len(checked)
         items, where = _fenced(checked)
         if items:
