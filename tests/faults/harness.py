@@ -41,7 +41,8 @@ from jobcore.records import Job, JobFilter, JobSpec
 
 __all__ = [
     "JOBS_MODULE", "QUEUE", "Fleet", "Store", "WorkerProc", "all_jobs", "enqueue", "faketime_missing",
-    "margin_supported", "own_mongo", "own_postgres", "store_from_driver", "wait_until", "worker_env",
+    "margin_supported", "own_mongo", "own_postgres", "require_faketime", "skewed_env", "store_from_driver",
+    "wait_until", "worker_env",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -125,6 +126,20 @@ def faketime_missing() -> str | None:
     if libfaketime() is None:
         return "Debian's faketime is not installed (apt-get install faketime): no libfaketime.so.1"
     return None
+
+
+def require_faketime() -> None:
+    """Skip the calling test when libfaketime is missing, naming the package; under
+    ``CI=true`` fail instead (CI installs it: ``bash dev test`` as root)."""
+    import pytest  # noqa: PLC0415 - only tests call this; the bench checks faketime_missing()
+
+    why = faketime_missing()
+    if why is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{why}; under CI=true the clock-skew scenario must run (`bash dev test` installs it as root)",
+                    pytrace=False)
+    pytest.skip(why)
 
 
 def skewed_env(env: dict[str, str], offset: str | None) -> dict[str, str]:
@@ -307,9 +322,10 @@ def live_count(store: Store) -> int:
     return sum(stats.count(state, QUEUE) for state in ("ready", "scheduled", "running", "suspended"))
 
 
-def held_by(store: Store, worker_id: str) -> int:
-    """Jobs ``running`` under ``worker_id`` now (started or claimed ahead)."""
-    return sum(1 for job in _listed(store, JobFilter(queue=QUEUE, state="running")) if job.worker_id == worker_id)
+def held_by(store: Store, worker_id: str) -> set[tuple[str, int]]:
+    """``(job id, claim_no)`` of the jobs ``running`` under ``worker_id`` now (started or claimed ahead)."""
+    running = _listed(store, JobFilter(queue=QUEUE, state="running"))
+    return {(job.id, job.claim_no) for job in running if job.worker_id == worker_id}
 
 
 # -- worker processes --------------------------------------------------------------------

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.requires("shared_store")
 
 PLANS = {
     "postgres": RestartPlan(),
-    "mongo": RestartPlan(jobs=120, workers=2, concurrency=2, outage=4.0, lease=10.0, terminate_rounds=0),
+    "mongo": RestartPlan(jobs=120, workers=2, concurrency=2, outage=8.0, lease=15.0, terminate_rounds=0),
 }
 RECOVERY_BOUND = 2.0
 """F06: every worker claims again within this many seconds of the store accepting connections."""
