@@ -1,0 +1,67 @@
+"""Fixtures of the fault scenarios: an isolated store on a shared server, or on a server of the test's own.
+
+Both are parametrised over the drivers the parity plugin registers (``driver_name``), so
+``--jobcore-drivers`` / ``JOBCORE_TEST_DRIVERS`` narrow these scenarios too; a driver
+whose store other processes cannot share (``shared_store``, the in-memory one) is
+skipped by capability, through the project's ``requires`` marker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from jobcore.clock import SystemClock
+from tests.faults import harness as h
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def _check_requires(request: pytest.FixtureRequest, driver: Any) -> None:
+    for mark in request.node.iter_markers("requires"):
+        missing = [cap for cap in mark.args if cap not in driver.capabilities]
+        if missing:
+            pytest.skip(f"driver lacks capability {', '.join(missing)}")
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, driver_factory: Callable[..., Any]) -> h.Store:
+    """A fresh schema (PostgreSQL) or database (MongoDB) on the session's server, on the real clock."""
+    driver = driver_factory(SystemClock())  # the worker processes live in real time
+    _check_requires(request, driver)
+    try:
+        return h.store_from_driver(driver)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def own_store(
+    request: pytest.FixtureRequest, driver_factory: Callable[..., Any], driver_name: str
+) -> Iterator[h.Store]:
+    """A store on a server of this test's own, which the test may stop and start."""
+    probe = driver_factory(SystemClock())  # the session's driver of this kind: skips where it cannot be had
+    _check_requires(request, probe)
+    if driver_name not in ("postgres", "mongo"):
+        pytest.skip(f"no server of the test's own for driver {driver_name}")
+    try:
+        made = h.own_postgres() if driver_name == "postgres" else h.own_mongo()
+    except Exception as exc:
+        if _in_ci():
+            pytest.fail(f"no server of the test's own for {driver_name} under CI=true: {exc}", pytrace=False)
+        pytest.skip(f"no server of the test's own for {driver_name}: {exc}")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def faketime() -> None:
+    """libfaketime (Debian's faketime) installed: skipped without it, except under CI=true where that fails."""
+    h.require_faketime()

@@ -1,0 +1,31 @@
+"""d. Database restart (F05, F06): a store outage and killed sessions run no job twice and lose none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.faults.harness import Store
+from tests.faults.scenarios import RestartPlan, run_restart
+
+pytestmark = pytest.mark.requires("shared_store")
+
+PLANS = {
+    "postgres": RestartPlan(),
+    "mongo": RestartPlan(jobs=120, workers=2, concurrency=2, outage=8.0, lease=15.0, terminate_rounds=0),
+}
+RECOVERY_BOUND = 2.0
+"""F06: every worker claims again within this many seconds of the store accepting connections."""
+
+
+def test_store_restart_and_killed_sessions_run_no_job_twice_and_every_worker_claims_again_within_2s(
+    own_store: Store, tmp_path: Path
+) -> None:
+    """Server stopped mid-drain, restarted, sessions killed: nothing twice, nothing lost, quick recovery."""
+    report = run_restart(own_store, PLANS[own_store.kind], tmp_path)
+    print(f"\n{report.text()}")
+    measures = report.measures
+    assert "slowest worker to claim again s" in measures, f"no outage injected\n{report.explain()}"
+    assert not report.figures.violations(), report.explain()
+    assert measures["slowest worker to claim again s"] <= RECOVERY_BOUND, report.explain()
