@@ -104,6 +104,10 @@ class Proxy:
         self._listener: socket.socket | None = None
         self.forwarded = {"up": 0, "down": 0}
         """Bytes forwarded client to target (``up``) and back (``down``)."""
+        self.accepted = 0
+        """Connections accepted so far."""
+        self.closed_by_client = 0
+        """Connections the client closed (seen once data flows: a frozen link reads nothing)."""
 
     # -- control ---------------------------------------------------------------------
 
@@ -201,6 +205,7 @@ class Proxy:
             except (OSError, ValueError):  # closed under us
                 return
             with self._lock:
+                self.accepted += 1
                 refuse = self._cut or self._closed.is_set()
                 link = _Link(client)
                 if not refuse:
@@ -255,6 +260,9 @@ class Proxy:
                     with link.lock:
                         link.closed_halves += 1
                         both = link.closed_halves >= 2
+                    if direction == "up":
+                        with self._lock:
+                            self.closed_by_client += 1
                     if both:
                         link.kill(rst=False)
                     return

@@ -43,7 +43,7 @@ __all__ = [
 LEASE = timedelta(seconds=30)
 """The lease scenarios claim with unless they say otherwise."""
 
-WAIT = 5.0
+WAIT = 10.0
 """Longest real-time wait for anything a worker scenario expects to happen."""
 
 

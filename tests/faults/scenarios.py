@@ -19,7 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fixtures.proxy import Proxy
+from jobcore.parity._proxy import Proxy
+
 from jobcore.records import JobSpec
 from tests.faults import harness as h
 from tests.faults.record import Execution, Figures, analyze, read_record

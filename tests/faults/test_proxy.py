@@ -9,8 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from fixtures.proxy import Proxy
+from jobcore.parity._proxy import Proxy
 
 
 class EchoServer:

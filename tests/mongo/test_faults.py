@@ -1,6 +1,6 @@
 """Faults on the MongoDB driver: bounded calls (F07) and recovery after a restart (F06).
 
-A stalled network comes from :class:`~tests.mongo.proxy.StallingProxy` (connections stay
+A stalled network comes from :class:`~tests.mongo.proxy.Proxy` (connections stay
 open, nothing passes); a restart from a second stand-in server stopped and started on
 the same port and storage. Every wait here is real time, kept to a second or two by small
 bounds.
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from jobcore.drivers.mongo import CLOCK_READ_BOUND, MongoDriver
+from jobcore.parity._proxy import Proxy
 from jobcore.parity.plugin import START
 from pymongo import MongoClient
 from pymongo import errors as pe
@@ -27,8 +28,6 @@ from fixtures import mongo as fx
 from jobcore.clock import ManualClock, StoreClock
 from jobcore.errors import BackendError, BackendUnavailable, OptionInvalid
 
-from .proxy import StallingProxy
-
 BOUND = 1.0
 """The call bound the stall tests give their drivers (seconds)."""
 SLACK = 1.0
@@ -36,22 +35,22 @@ SLACK = 1.0
 
 
 @pytest.fixture
-def proxy(server: fx.MongoServer) -> Iterator[StallingProxy]:
+def proxy(server: fx.MongoServer) -> Iterator[Proxy]:
     host, port = parse_uri(server.url)["nodelist"][0]
-    made = StallingProxy((host, port))
+    made = Proxy(host, port).start()
     yield made
     made.close()
 
 
 @pytest.fixture
-def through(proxy: StallingProxy, server: fx.MongoServer) -> Iterator[Callable[..., MongoDriver]]:
+def through(proxy: Proxy, server: fx.MongoServer) -> Iterator[Callable[..., MongoDriver]]:
     """``build(**options)``: a migrated driver reaching the server through the proxy, from a URI."""
     made: list[MongoDriver] = []
 
     def build(**options: Any) -> MongoDriver:
         options.setdefault("clock", ManualClock(START))
         options.setdefault("call_timeout", BOUND)
-        driver = MongoDriver(proxy.url(), database=f"jc_test_{uuid.uuid4().hex[:16]}", **options)
+        driver = MongoDriver(_url(proxy), database=f"jc_test_{uuid.uuid4().hex[:16]}", **options)
         made.append(driver)
         driver.migrate()
         return driver
@@ -88,7 +87,7 @@ CALLS: dict[str, Callable[[MongoDriver, Any], Any]] = {
 
 @pytest.mark.parametrize("name", list(CALLS))
 def test_a_call_on_a_stalled_connection_answers_a_coded_error_within_its_bound(
-    through: Callable[..., MongoDriver], proxy: StallingProxy, name: str,
+    through: Callable[..., MongoDriver], proxy: Proxy, name: str,
 ) -> None:
     """The network stalls mid-use: each call answers JC_DB_TIMEOUT/UNAVAILABLE within the call bound,
     the stalled connection is dropped, and once the network flows the next call works."""
@@ -110,11 +109,11 @@ def test_a_call_on_a_stalled_connection_answers_a_coded_error_within_its_bound(
 
 
 def test_a_handed_in_client_without_bounds_gets_the_call_bound(
-    proxy: StallingProxy, server: fx.MongoServer,
+    proxy: Proxy, server: fx.MongoServer,
 ) -> None:
     """A caller's MongoClient with no timeoutMS (pymongo would wait forever on a stalled socket) is bounded
     per call by call_timeout."""
-    with MongoClient(proxy.url()) as client:
+    with MongoClient(_url(proxy)) as client:
         assert client.options.timeout is None
         assert client.options.pool_options.socket_timeout is None
         driver = MongoDriver(client, database=f"jc_test_{uuid.uuid4().hex[:16]}", clock=ManualClock(START),
@@ -129,11 +128,11 @@ def test_a_handed_in_client_without_bounds_gets_the_call_bound(
             server.client.drop_database(driver._jobs.database.name)
 
 
-def test_a_server_that_accepts_and_never_answers_is_unavailable_within_the_bound(proxy: StallingProxy) -> None:
+def test_a_server_that_accepts_and_never_answers_is_unavailable_within_the_bound(proxy: Proxy) -> None:
     """Connecting to a peer that accepts and says nothing: the first call, and the store clock's first
     reading, answer a coded error within the bound."""
     proxy.freeze()
-    driver = MongoDriver(proxy.url(), database="jc_never", call_timeout=BOUND, connect_timeout=0.5)
+    driver = MongoDriver(_url(proxy), database="jc_never", call_timeout=BOUND, connect_timeout=0.5)
     try:
         assert isinstance(driver.clock, StoreClock)
         _coded_within(lambda: driver.enqueue("never"), BOUND)
@@ -145,7 +144,7 @@ def test_a_server_that_accepts_and_never_answers_is_unavailable_within_the_bound
 
 
 def test_the_store_clock_keeps_its_reading_through_a_stall(
-    through: Callable[..., MongoDriver], proxy: StallingProxy, monkeypatch: pytest.MonkeyPatch,
+    through: Callable[..., MongoDriver], proxy: Proxy, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A re-reading of the server's clock due while the network stalls gives up within its own short
     bound and keeps the last reading; the call it was part of still answers within the call bound."""
@@ -162,7 +161,7 @@ def test_the_store_clock_keeps_its_reading_through_a_stall(
 
 
 def test_the_change_stream_outlives_a_stall(
-    through: Callable[..., MongoDriver], proxy: StallingProxy, server: fx.MongoServer,
+    through: Callable[..., MongoDriver], proxy: Proxy, server: fx.MongoServer,
 ) -> None:
     """Wake-ups through a network that stalled longer than the call bound: the stream's polls time out,
     it reopens by itself once the network flows, and wake-ups resume."""
@@ -226,7 +225,7 @@ def test_a_bound_that_is_not_a_positive_duration_is_refused(value: Any) -> None:
 
 
 def test_the_first_call_after_every_connection_was_cut_succeeds(
-    through: Callable[..., MongoDriver], proxy: StallingProxy,
+    through: Callable[..., MongoDriver], proxy: Proxy,
 ) -> None:
     """Every connection of the driver dropped at once (killed sessions): the next calls simply work,
     each within a second."""
@@ -235,6 +234,7 @@ def test_the_first_call_after_every_connection_was_cut_succeeds(
     driver.claim(["default"], worker_id="w", lease=30, start=False)
     for _ in range(3):
         proxy.cut()
+        proxy.heal()  # only the connections open now are reset
         began = time.monotonic()
         assert driver.introspect.get(job.id) is not None
         assert driver.enqueue("after").state == "ready"
@@ -335,3 +335,8 @@ def test_the_first_call_after_a_restart_succeeds_within_a_second(restartable: di
         if subscription is not None:
             subscription.close()
         driver.close()
+
+
+def _url(proxy: Proxy) -> str:
+    """A direct ``mongodb://`` URL through ``proxy``."""
+    return f"mongodb://{proxy.host}:{proxy.port}/?directConnection=true"

@@ -24,7 +24,7 @@ from psycopg import sql
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock, StoreClock
 from jobcore.errors import BackendTimeout, BackendUnavailable, OptionInvalid, UrlInvalid
-from tests.postgres.proxy import Proxy, through, upstream_of
+from tests.postgres.proxy import Proxy, proxy_to, through
 
 CALL_TIMEOUT = 1.0
 
@@ -35,7 +35,7 @@ def proxied(pg_url: str, pool: Any) -> Iterator[Callable[..., tuple[PostgresDriv
     made: list[tuple[PostgresDriver, Proxy]] = []
 
     def make(**options: Any) -> tuple[PostgresDriver, Proxy]:
-        proxy = Proxy(upstream_of(pg_url))
+        proxy = proxy_to(pg_url)
         options.setdefault("call_timeout", int(CALL_TIMEOUT * 1000))
         driver = PostgresDriver.from_url(
             through(pg_url, proxy, schema=fx.schema_name(), **options), clock=ManualClock(START)
@@ -156,7 +156,7 @@ def test_migrate_is_not_cut_short_by_call_timeout(
     """A migration that waits longer than call_timeout (here on the migration lock) still completes."""
     driver, _ = proxied(call_timeout=200)
     other = f"{driver.schema}_m"
-    proxy = Proxy(upstream_of(pg_url))
+    proxy = proxy_to(pg_url)
     late = PostgresDriver.from_url(through(pg_url, proxy, schema=other, call_timeout=200))
     try:
         with psycopg.connect(pg_url) as holder:

@@ -22,7 +22,7 @@ from jobcore.parity.plugin import START
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock
 from jobcore.errors import BackendUnavailable
-from tests.postgres.proxy import Proxy, through
+from tests.postgres.proxy import silent, through
 
 
 @pytest.fixture
@@ -151,8 +151,8 @@ def test_after_every_session_is_terminated_the_next_call_works(pg_url: str, pool
 def test_connecting_through_a_proxy_that_never_answers_is_bounded_by_connect_timeout(pg_url: str) -> None:
     """A server that accepts TCP and says nothing: the call answers JC_DB_UNAVAILABLE after
     connect_timeout (libpq's, at least 2 s), naming it, and is not retried."""
-    with Proxy(None) as silent:
-        driver = PostgresDriver.from_url(through(pg_url, silent, connect_timeout=2), clock=ManualClock(START))
+    with silent() as silent_proxy:
+        driver = PostgresDriver.from_url(through(pg_url, silent_proxy, connect_timeout=2), clock=ManualClock(START))
         try:
             started = time.monotonic()
             with pytest.raises(BackendUnavailable) as info:
@@ -161,7 +161,7 @@ def test_connecting_through_a_proxy_that_never_answers_is_bounded_by_connect_tim
             assert 1.9 < took < 3.0, took
             assert "connect_timeout" in info.value.cause
             assert isinstance(info.value.__cause__, psycopg.errors.ConnectionTimeout)
-            assert silent.accepted == 1
+            assert silent_proxy.accepted == 1
         finally:
             driver.close()
 
