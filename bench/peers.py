@@ -74,6 +74,10 @@ PEER_PINS = (
 
 SYSTEMS = ("jobcore", "procrastinate", "pgqueuer")
 PEERS = ("procrastinate", "pgqueuer")
+BASE = "jobcore_base"
+"""With ``--baseline PYTHON``: jobcore as that interpreter has it installed (an older tree),
+measured beside this one in the same run, so a change's cost shows as a ratio."""
+JOBCORES = ("jobcore", BASE)
 JOB_NAME = "noop"  # the job/task/entrypoint name in every system
 BATCH = 1000  # jobs per batch enqueue call
 BENCH_ROLE = "bench"  # workers and enqueuers log in as this role; the harness as the cluster owner
@@ -96,9 +100,12 @@ TALLY_SQL = {
     " UNION ALL SELECT 'log:' || status::text, count(*) FROM pgqueuer_log GROUP BY 1",
 }
 DONE_KEY = {"jobcore": "done", "procrastinate": "succeeded", "pgqueuer": "log:successful"}
+for _table in (QUEUE_TABLE, DONE_SQL, TALLY_SQL, DONE_KEY):
+    _table[BASE] = _table["jobcore"]
 QUEUED_SQL = {system: f"SELECT count(*) FROM {table}" for system, table in QUEUE_TABLE.items()}
 EMPTY_SQL = {
     "jobcore": "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
+    BASE: "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
     "procrastinate": "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers,"
     " procrastinate_workers RESTART IDENTITY CASCADE",
     "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY",
@@ -182,7 +189,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _agent(system: str, action: str, count: int, extra: float) -> dict[str, Any]:
-    if system == "jobcore":
+    if system in JOBCORES:
         return _agent_jobcore(action, count, extra)
     runner = _agent_procrastinate if system == "procrastinate" else _agent_pgqueuer
     return asyncio.run(runner(action, count, extra))
@@ -364,13 +371,14 @@ class Harness:
         self.harness_pids: set[int] = set()
         self._serial = 0
         self.jobcore_bin = Path(sys.executable).parent / "jobcore"
+        self.base_python: str | None = None  # --baseline
 
     # ---- setup ----
 
     def url(self, system: str, app_name: str | None = None, *, admin: bool = False) -> str:
         user = "jobcore" if admin else BENCH_ROLE
         base = f"postgresql://{user}@127.0.0.1:{self.server.port}/bench_{system}"
-        params = ["schema=jobcore"] if system == "jobcore" and not admin else []
+        params = ["schema=jobcore"] if system in JOBCORES and not admin else []
         if app_name:
             params.append(f"application_name={app_name}")
         return base + ("?" + "&".join(params) if params else "")
@@ -392,6 +400,10 @@ class Harness:
                 driver = connect(self.url(system))
                 driver.migrate()
                 driver.close()
+            elif system == BASE:
+                assert self.base_python is not None
+                migrate = [self.base_python, "-m", "jobcore.cli", "migrate", "--url", self.url(system)]
+                self._run(migrate, self.env(system))
             elif system == "procrastinate":
                 self._run(
                     [str(self.venv_bin / "procrastinate"), "--app=peers.procrastinate_app", "schema", "--apply"],
@@ -423,7 +435,7 @@ class Harness:
         self.conns[system].execute(EMPTY_SQL[system])
 
     def agent(self, system: str, action: str, count: int, extra: float) -> float:
-        python = sys.executable if system == "jobcore" else str(self.venv_python)
+        python = {"jobcore": sys.executable, BASE: self.base_python}.get(system) or str(self.venv_python)
         cmd = [python, str(HERE / "peers.py"), "--agent", system, action, str(count), str(extra)]
         out = self._run(cmd, self.env(system, f"agent_{system}"))
         return float(json.loads(out.strip().splitlines()[-1])["seconds"])
@@ -431,6 +443,10 @@ class Harness:
     def worker_cmd(self, system: str, app_name: str) -> list[str]:
         if system == "jobcore":
             return [str(self.jobcore_bin), "worker", str(HERE / "peers.py"), "--url", self.url(system, app_name)]
+        if system == BASE:
+            assert self.base_python is not None
+            return [self.base_python, "-m", "jobcore.cli", "worker", str(HERE / "peers.py"), "--url",
+                    self.url(system, app_name)]
         if system == "procrastinate":
             return [str(self.venv_bin / "procrastinate"), "--app=peers.procrastinate_app", "worker"]
         return [str(self.venv_bin / "pgq"), "run", "peers:pgqueuer_factory"]
@@ -453,7 +469,7 @@ class Harness:
             for name in names:
                 log = open(self.workdir / f"{name}_{system}.log", "wb")  # noqa: SIM115 - closed below
                 logs.append(log)
-                role = {ROLE_ENV: "jobcore-worker"} if system == "jobcore" else {}
+                role = {ROLE_ENV: "jobcore-worker"} if system in JOBCORES else {}
                 env = {**self.env(system, name), **role, **extra_env}
                 procs.append(
                     subprocess.Popen(
@@ -823,6 +839,18 @@ def versions(h: Harness) -> dict[str, str]:
     return out
 
 
+def against_base(results: dict[str, dict[str, float | None]], baseline: str) -> str:
+    """This tree's jobcore over the baseline's, row by row (throughput: >1 is faster)."""
+    mine, base = results.get("jobcore", {}), results.get(BASE, {})
+    lines = [f"jobcore (this tree) against the baseline ({baseline}):", "", "| | this tree | baseline | ratio |",
+             "|---|---|---|---|"]
+    for label, key, _higher in ROWS:
+        a, b = mine.get(key), base.get(key)
+        share = f"{a / b:.2f}x" if a is not None and b else "n/a"
+        lines.append(f"| {label} | {_fmt(a, key)} | {_fmt(b, key)} | {share} |")
+    return "\n".join(lines)
+
+
 def report(
     h: Harness, data: dict[str, Any], systems: tuple[str, ...], args: argparse.Namespace, elapsed: float, command: str
 ) -> str:
@@ -943,6 +971,10 @@ def main() -> None:
         "--venv",
         default=os.environ.get("JOBCORE_BENCH_VENV", str(Path.home() / ".cache" / "jobcore-bench" / "peers-venv")),
     )
+    parser.add_argument(
+        "--baseline", default=None, metavar="PYTHON",
+        help="also measure jobcore as this interpreter has it installed (an older tree), alternating with this one",
+    )
     parser.add_argument("--agent", nargs=4, metavar=("SYSTEM", "ACTION", "COUNT", "EXTRA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.agent:
@@ -955,6 +987,8 @@ def main() -> None:
     args.single = args.single or (300 if quick else 1000)
     args.latency = args.latency or (50 if quick else 100)
     systems = tuple(s for s in SYSTEMS if s in args.systems.split(","))
+    if args.baseline:
+        systems = (*systems, BASE)
     command = ".venv/bin/python bench/peers.py" + (
         "" if (args.jobs, args.runs) == (20_000, 3) else f" --jobs {args.jobs} --runs {args.runs}"
     )
@@ -984,6 +1018,7 @@ def main() -> None:
     h: Harness | None = None
     try:
         h = Harness(server, venv_python, workdir)
+        h.base_python = args.baseline
         h.setup(systems)
         print(f"server {server.url}; logs in {workdir}", flush=True)
         budget = args.max_minutes * 60 if args.max_minutes else None
@@ -991,6 +1026,8 @@ def main() -> None:
         elapsed = time.monotonic() - started
         section = report(h, data, systems, args, elapsed, command)
         print("\n" + section)
+        if args.baseline:
+            print("\n" + against_base(data["results"], args.baseline))
         if data["failures"]:
             print(f"\n{len(data['failures'])} phase(s) failed; see above")
         if quick or args.no_write:

@@ -15,6 +15,7 @@ leases, as real time moves both.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -41,11 +42,9 @@ class Clock(Protocol):
         ...
 
 
-def _boottime() -> float:
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-local_monotonic: Callable[[], float] = _boottime if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+local_monotonic: Callable[[], float] = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+)
 """Seconds on this host's clock that never jumps and keeps counting while the machine
 sleeps (``CLOCK_BOOTTIME`` on Linux, else ``time.monotonic``)."""
 
@@ -53,6 +52,10 @@ sleeps (``CLOCK_BOOTTIME`` on Linux, else ``time.monotonic``)."""
 def monotonic_of(clock: object) -> Callable[[], float]:
     """``clock.monotonic`` when the clock offers one (a :class:`ManualClock` in tests),
     else :data:`local_monotonic`: what a worker times its local deadlines with."""
+    if isinstance(clock, StoreClock):
+        return clock._mono  # the same reading, one call fewer (a worker reads it per job)
+    if isinstance(clock, SystemClock):
+        return local_monotonic
     method = getattr(clock, "monotonic", None)
     return method if callable(method) else local_monotonic
 

@@ -85,9 +85,9 @@ ON_SETTLED_TRIES = 3
 SETTLE_BATCH = 500
 """Most settles one settler round sends (acks go in one ``ack_many``)."""
 
-SETTLE_LINGER = 0.002
-"""Seconds the settler waits, after the first settle of a round, for others to join it: a
-round trip per handful of jobs costs the store more than two milliseconds of ack latency."""
+MARK_LINGER = 0.005
+"""Seconds the marker waits, after the first start of a round, before recording the starts
+of the handlers still running (F04); those that ended meanwhile are started by their settles."""
 
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
@@ -441,6 +441,7 @@ class Worker:
         self._timer: Callable[[], float] = time.monotonic  # local deadlines (F02); set from the driver at start
         self._starter: _Starter | None = None  # set at start when the driver holds claims (F04)
         self._marks: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()  # starts to record (F04)
+        self._now_cache: tuple[float, datetime] | None = None  # (local time, store time) of _store_now
         self._beater_wake = threading.Event()
         self._failing: dict[str, float] = {}  # call -> when its failure was last logged
         self._idle_runners = 0
@@ -808,17 +809,21 @@ class Worker:
             # the store before it runs, so a handler that kills its worker at once still
             # spends its attempt from then on. The others start now and are recorded
             # right after, many in one call, off the runners' path (F04).
-            first = [a for a in held if self.strict_starts or a.job.claim_no > a.job.attempt + 1]
-            later = [a for a in held if not (self.strict_starts or a.job.claim_no > a.job.attempt + 1)]
+            first: list[_Attempt] = []
+            stamp: datetime | None = None
+            for attempt in held:
+                job = attempt.job
+                if self.strict_starts or job.claim_no > job.attempt + 1:
+                    first.append(attempt)
+                    continue
+                if stamp is None:
+                    stamp = self._store_now()
+                attempt.job = attempt.ctx.job = started_job(job, stamp)
+                attempt.held = False
+                self._marks.put(attempt)
+                ready.append(attempt)
             if first:
                 ready += self._begin(first)
-            if later:
-                stamp = self._store_now()
-                for attempt in later:
-                    attempt.job = attempt.ctx.job = started_job(attempt.job, stamp)
-                    attempt.held = False
-                    self._marks.put(attempt)
-                ready += later
         return [attempt for attempt in ready if self._run_started(attempt)]
 
     def _begin(self, held: list[_Attempt]) -> list[_Attempt]:
@@ -869,7 +874,8 @@ class Worker:
         while not stop:
             entry = self._marks.get()
             batch: list[_Attempt] = []
-            linger = time.monotonic() + SETTLE_LINGER
+            if not isinstance(entry, _Stop):
+                time.sleep(MARK_LINGER)  # one wait for the round, not a wake-up per start
             try:
                 while True:
                     if isinstance(entry, _Stop):
@@ -878,10 +884,13 @@ class Worker:
                         batch.append(entry)
                     if len(batch) >= v.MAX_CLAIM_BATCH:
                         break
-                    wait = linger - time.monotonic()
-                    entry = self._marks.get(timeout=wait) if wait > 0 and not stop else self._marks.get_nowait()
+                    entry = self._marks.get_nowait()
             except queue_mod.Empty:
                 pass
+            # A handler that already ended needs no start of its own: its settle starts a held
+            # job first (F04). For quick jobs that is nearly every one, and each start was a
+            # third write of the row.
+            batch = [attempt for attempt in batch if attempt.status == "running"]
             delay = RETRY_FIRST
             while batch and not self._killed:
                 answers = self._starter.start([attempt.claimed.token for attempt in batch])
@@ -901,11 +910,18 @@ class Worker:
                 batch = retry
 
     def _store_now(self) -> datetime | None:
-        """The store's time as the driver's clock tells it, or None when it cannot be had."""
+        """The store's time as the driver's clock tells it (read at most once a millisecond:
+        starts ask for it per job), or None when it cannot be had."""
+        local = self._timer()
+        cached = self._now_cache
+        if cached is not None and 0 <= local - cached[0] < 0.001:
+            return cached[1]
         try:
-            return to_millis(self.driver.clock.now())
+            now = to_millis(self.driver.clock.now())
         except Exception:
             return None
+        self._now_cache = (local, now)
+        return now
 
     def _run_started(self, attempt: _Attempt) -> bool:
         """Mark a started attempt running: its timeout, the started event; schedule an async
@@ -1265,7 +1281,6 @@ class Worker:
             batch: list[_Settle] = []
             try:
                 entry = self._settles.get(timeout=timeout)
-                linger = time.monotonic() + SETTLE_LINGER
                 while True:
                     if isinstance(entry, _Stop):
                         stop_at = entry.at
@@ -1273,9 +1288,7 @@ class Worker:
                         batch.append(entry)
                     if len(batch) >= SETTLE_BATCH:
                         break
-                    wait = linger - time.monotonic()
-                    more = self._settles.get
-                    entry = more(timeout=wait) if wait > 0 and stop_at is None else self._settles.get_nowait()
+                    entry = self._settles.get_nowait()
             except queue_mod.Empty:
                 pass
             now = time.monotonic()

@@ -25,5 +25,8 @@ def test_sigkilled_worker_leaves_no_job_dead_that_never_ran_and_a_poison_job_is_
     assert "poison job state" in measures, f"no kill injected\n{report.explain()}"
     assert not report.figures.violations(), report.explain()
     assert measures["poison job state"] == "dead", report.explain()
-    assert measures["poison job runs"] == plan.poison_attempts, report.explain()
+    # Starts are recorded right after the handler began (F04): a handler that kills its worker
+    # at once leaves no start recorded the first time, and is started first on every later
+    # claim, so it runs at most once more than its attempts (exactly as often with --strict-starts).
+    assert plan.poison_attempts <= measures["poison job runs"] <= plan.poison_attempts + 1, report.explain()
     assert measures["poison job attempts (of max)"] == f"{plan.poison_attempts} of {plan.poison_attempts}"
