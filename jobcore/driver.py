@@ -365,10 +365,13 @@ class DeferredStart(Protocol):
     """Held claims, as a driver declaring the ``deferred_start`` capability offers them (F04).
 
     ``claim(..., start=False)`` hands jobs out *held*: each is ``running`` under a fresh
-    token and lease exactly as C06 says, except that its attempt has not started:
-    ``attempt`` is not moved. A held job whose lease lapses costs nothing: it is
-    claimable again with ``attempt`` unchanged, no error recorded, never buried (C07,
-    C08, C10 apply to started attempts only). A worker holds jobs this way while they
+    token and lease exactly as C06 says, except that its attempt has not started: the
+    store moves neither ``attempt`` nor ``attempted_at`` until :meth:`start` or a settle
+    does. The claim answers each job as it will stand once started (``attempt`` counting
+    this one, ``attempted_at`` the claim's time): a worker hands it to its handler as is.
+    A held job whose lease lapses costs nothing: it is claimable again with ``attempt``
+    unchanged, no error recorded, never buried (C07, C08, C10 apply to started attempts
+    only). A worker holds jobs this way while they
     wait for a free slot, and starts each with :meth:`start` immediately before its
     handler runs, so a worker that dies, stalls or loses a claim's reply never spends an
     attempt of a job it did not run.

@@ -63,7 +63,7 @@ from jobcore.clock import monotonic_of, to_millis
 from jobcore.current import get_job_driver
 from jobcore.driver import DeferredStart, Duration, JobDriver, LandedAcks, Subscription
 from jobcore.errors import ConfigurationError, InvalidInput, JobNotRegistered, JobTimeout, OptionInvalid, PayloadInvalid
-from jobcore.records import Claimed, ClaimToken, Job, JobState, RetentionPolicy, started_job
+from jobcore.records import Claimed, ClaimToken, Job, JobState, RetentionPolicy
 from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL, Pruner
 from jobcore.scheduler import Scheduler
@@ -441,7 +441,6 @@ class Worker:
         self._timer: Callable[[], float] = time.monotonic  # local deadlines (F02); set from the driver at start
         self._starter: _Starter | None = None  # set at start when the driver holds claims (F04)
         self._marks: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()  # starts to record (F04)
-        self._now_cache: tuple[float, datetime] | None = None  # (local time, store time) of _store_now
         self._beater_wake = threading.Event()
         self._failing: dict[str, float] = {}  # call -> when its failure was last logged
         self._idle_runners = 0
@@ -809,16 +808,14 @@ class Worker:
             # the store before it runs, so a handler that kills its worker at once still
             # spends its attempt from then on. The others start now and are recorded
             # right after, many in one call, off the runners' path (F04).
+            # (A held claim answers each job as its attempt will stand once started: attempt
+            # counts this one, so "claim_no > attempt" means an earlier claim went uncounted.)
             first: list[_Attempt] = []
-            stamp: datetime | None = None
             for attempt in held:
                 job = attempt.job
-                if self.strict_starts or job.claim_no > job.attempt + 1:
+                if self.strict_starts or job.claim_no > job.attempt:
                     first.append(attempt)
                     continue
-                if stamp is None:
-                    stamp = self._store_now()
-                attempt.job = attempt.ctx.job = started_job(job, stamp)
                 attempt.held = False
                 self._marks.put(attempt)
                 ready.append(attempt)
@@ -836,12 +833,8 @@ class Worker:
         while pending:
             answers = self._starter.start([attempt.claimed.token for attempt in pending])
             retry: list[_Attempt] = []
-            stamp: datetime | None = None
             for attempt, answer in zip(pending, answers, strict=True):
                 if answer is True:
-                    if stamp is None:
-                        stamp = self._store_now()
-                    attempt.job = attempt.ctx.job = started_job(attempt.job, stamp)
                     attempt.held = False
                     if self._fresh(attempt):  # the call may have taken long: give it back if now stale
                         started.append(attempt)
@@ -910,18 +903,11 @@ class Worker:
                 batch = retry
 
     def _store_now(self) -> datetime | None:
-        """The store's time as the driver's clock tells it (read at most once a millisecond:
-        starts ask for it per job), or None when it cannot be had."""
-        local = self._timer()
-        cached = self._now_cache
-        if cached is not None and 0 <= local - cached[0] < 0.001:
-            return cached[1]
+        """The store's time as the driver's clock tells it, or None when it cannot be had."""
         try:
-            now = to_millis(self.driver.clock.now())
+            return to_millis(self.driver.clock.now())
         except Exception:
             return None
-        self._now_cache = (local, now)
-        return now
 
     def _run_started(self, attempt: _Attempt) -> bool:
         """Mark a started attempt running: its timeout, the started event; schedule an async

@@ -187,6 +187,16 @@ class Model:
             tokens.append(MToken(job.seq, worker, job.claim_no))
         return tokens, buried
 
+    @staticmethod
+    def answered(job: MJob, now: datetime) -> MJob:
+        """How a claim answers ``job``: a held one as its attempt will stand once started (F04)."""
+        if not job.held:
+            return job
+        view = job.copy()
+        view.attempt += 1
+        view.attempted_at = now
+        return view
+
     def start(self, now: datetime, tokens: list[MToken]) -> list[bool]:
         """F04: each current token's held attempt starts; True per current token."""
         answers = []

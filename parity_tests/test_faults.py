@@ -207,8 +207,11 @@ def test_F04_a_held_claim_that_lapses_costs_nothing(driver: JobDriver, clock: Ma
     first = held(driver).claim(["default"], worker_id="w1", lease=LEASE, start=False).claimed
     assert [c.job.id for c in first] == [job.id]
     assert first[0].job.state is JobState.RUNNING
-    assert first[0].job.attempt == 0
+    assert first[0].job.attempt == 1  # answered as it will stand once started
     assert first[0].job.lease_expires_at is not None
+    stored = driver.introspect.get(job.id)
+    assert stored is not None
+    assert (stored.state, stored.attempt) == (JobState.RUNNING, 0)  # the store counts nothing yet
     clock.advance(LEASE)
     again = driver.claim(["default"], worker_id="w2", lease=LEASE)
     assert again.buried == ()

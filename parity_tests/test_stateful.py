@@ -232,7 +232,8 @@ class DriverVersusModel(RuleBasedStateMachine):
         for claimed, expected in zip(result.claimed, tokens, strict=True):
             assert (claimed.token.worker_id, claimed.token.claim_no) == (expected.worker, expected.claim_no)
             assert claimed.job.id == claimed.token.job_id
-            self.check_job(claimed.job, expected.seq, "claim")
+            answered = self.model.answered(self.model.jobs[expected.seq], self.now())
+            self.check_job(claimed.job, expected.seq, "claim", answered)
             self.tokens.append((claimed.token, expected))
         got_buried = sorted(self.to_model(j.id) for j in result.buried)
         assert got_buried == sorted(buried), f"C08: buried {got_buried}, model expected {sorted(buried)}"

@@ -160,6 +160,7 @@ def test_W02_no_renewal_landing_for_a_whole_lease_calls_the_handler_off(
     job = cut_off.enqueue(1, driver=driver)
     with running(make_worker(faulty, registry)) as worker:  # type: ignore[arg-type]
         assert first_started.wait(WAIT)
+        wait_until(lambda: driver.introspect.get(job.id).attempt == 1, what="its start to be recorded (F04)")  # type: ignore[union-attr]
         faulty.heartbeat_down = True
         clock.advance(LEASE)
         assert first_signalled.wait(WAIT)
@@ -196,7 +197,7 @@ def test_W03_a_failed_settle_is_logged_and_the_loop_goes_on(
         done = wait_until(lambda: job_in(driver, first.id, "done"), what="the retried ack to land")
     assert done.attempt == 1
     assert runs == {1: 1, 2: 1}
-    assert worker.counts["settle_errors"] == 3
+    assert worker.counts["settle_errors"] >= 3  # each failed call counts its settles (one, or both jobs')
     assert any("could not settle job" in r.getMessage() and getattr(r, "job_id", None) == first.id
                for r in caplog.records)
 

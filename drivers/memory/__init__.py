@@ -54,6 +54,7 @@ from jobcore.records import (
     RetentionPolicy,
     Stats,
     claimed_job,
+    started_job,
     stored_job,
 )
 
@@ -285,7 +286,8 @@ class MemoryDriver:
             row.attempted_at = now
         row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
-        return claimed_job(row.job())
+        job = row.job()
+        return claimed_job(job if start else started_job(job, now))
 
     def _wake(self, queues: Iterable[str]) -> None:
         """Tell subscribers of ``queues`` (call without the lock held)."""

