@@ -92,10 +92,10 @@ of the handlers still running (F04); those that ended meanwhile are started by t
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
 
-RETRY_FIRST, RETRY_CAP = 0.05, 1.0
+RETRY_FIRST, RETRY_CAP = 0.05, 0.5
 """Seconds before the first retry of a call the store did not answer (a claim, a start, a
-settle), doubling up to the cap: so a worker claims again within about a second of the
-store's return (F06)."""
+settle), doubling up to the cap: so a worker claims again within about half a second of
+the store's return (F06)."""
 
 LOG_REPEAT = 30.0
 """Seconds between two log records of the same failing call (the first is logged at once)."""

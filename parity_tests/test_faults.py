@@ -39,6 +39,18 @@ MARGIN = timedelta(seconds=6)
 """The default margin of a 30 s lease (lease/5)."""
 
 
+def _shared_store(driver_factory: Any) -> tuple[JobDriver, str]:
+    """A driver on its store's own clock and the URL another process reaches that store with
+    (scenarios for drivers declaring ``shared_store``; skipped on the others)."""
+    store: JobDriver = driver_factory(store_clock=True)
+    if "shared_store" not in store.capabilities:
+        pytest.skip("driver lacks capability shared_store")
+    url = getattr(store, "url", None)
+    if not isinstance(url, str):
+        pytest.fail(f"{type(store).__name__} declares shared_store but has no str `url` reaching its store")
+    return store, url
+
+
 def held(driver: JobDriver) -> DeferredStart:
     """The driver as its ``deferred_start`` side (scenarios marked ``requires("deferred_start")``)."""
     return driver  # type: ignore[return-value]
@@ -64,12 +76,7 @@ def test_F01_a_client_whose_clock_is_off_takes_no_live_lease_and_runs_nothing_ea
     driver_factory: Any, offset: str
 ) -> None:
     """A client an hour off takes no live lease and nothing early, writes live leases, rescues nothing live."""
-    store = driver_factory(store_clock=True)
-    if "shared_store" not in store.capabilities:
-        pytest.skip("driver lacks capability shared_store")
-    url = getattr(store, "url", None)
-    if not isinstance(url, str):
-        pytest.fail(f"{type(store).__name__} declares shared_store but has no str `url` reaching its store")
+    store, url = _shared_store(driver_factory)
     live = store.enqueue("held", queue="f01")
     holder = claim_one(store, "f01", worker="w-correct", lease=timedelta(seconds=60))
     assert holder.job.id == live.id
@@ -457,12 +464,7 @@ def _through(url: str, proxy: Proxy) -> str:
 
 def test_F07_a_call_on_a_stalled_connection_ends_in_a_coded_error_within_its_bound(driver_factory: Any) -> None:
     """Through a network that forwards nothing, a call answers JC_DB_TIMEOUT or JC_DB_UNAVAILABLE within its bound."""
-    store = driver_factory(store_clock=True)
-    if "shared_store" not in store.capabilities:
-        pytest.skip("driver lacks capability shared_store")
-    url = getattr(store, "url", None)
-    if not isinstance(url, str):
-        pytest.fail(f"{type(store).__name__} declares shared_store but has no str `url` reaching its store")
+    _, url = _shared_store(driver_factory)
     target = urlsplit(url)
     assert target.hostname is not None
     assert target.port is not None
