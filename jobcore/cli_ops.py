@@ -374,13 +374,33 @@ def _cmd_rescue(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    dry = args.dry_run or args.sql
     with _driver(args) as driver:
-        driver.migrate()
+        done = driver.migrate(dry_run=dry)
     target = redact_url(args.url or os.environ.get(ENV_URL) or "the given driver")
+    if args.sql:
+        # A script for a DBA to apply (SQL: one transaction), nothing else on stdout.
+        sql = done.language == "sql"
+        if not done.statements:
+            _out(f"{'--' if sql else '//'} {done.describe()}: nothing to apply")
+            return 0
+        if sql:
+            _out("BEGIN;")
+        for statement in done.statements:
+            _out(f"{statement.strip()};")
+        if sql:
+            _out("COMMIT;")
+        return 0
     if args.json:
-        _print_json({"migrated": True})
-    else:
-        _out(f"schema of {target} is up to date")
+        _print_json({
+            "before": done.before, "after": done.after, "latest": done.latest, "applied": done.applied,
+            "changed": done.changed, "statements": list(done.statements), "summary": done.describe(),
+        })
+        return 0
+    _out(f"schema of {target}: {done.describe()}")
+    if dry:
+        for statement in done.statements:
+            _out(f"  {' '.join(statement.split())}")
     return 0
 
 
@@ -574,4 +594,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_cmd_rescue)
 
     p = add("migrate", "install or upgrade the store's schema and indexes (idempotent)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="write nothing: say what would be done and list the statements"
+    )
+    p.add_argument(
+        "--sql", action="store_true",
+        help="write nothing: print the statements a migration would run as one script (SQL for PostgreSQL, "
+        "mongosh commands for MongoDB), for DBAs who apply DDL themselves",
+    )
     p.set_defaults(func=_cmd_migrate)

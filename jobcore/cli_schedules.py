@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from jobcore.cli_ops import ENV_URL, _common, _driver, _out, _print_json, _table
-from jobcore.cli_worker import configure_logging, import_jobs
+from jobcore.cli_worker import add_migrate_option, configure_logging, import_jobs, prepare_schema
 from jobcore.clock import to_millis
 from jobcore.current import connect
 from jobcore.errors import NoDriver, OptionInvalid, ScheduleNotFound
@@ -54,6 +54,7 @@ def register(subparsers: Any) -> None:
         "--interval", type=float, default=DEFAULT_TICK,
         help=f"most seconds between ticks (default {DEFAULT_TICK:g}; sooner when an occurrence falls due)",
     )
+    add_migrate_option(parser, "scheduler")
     parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
     parser.set_defaults(func=_cmd_scheduler)
 
@@ -110,8 +111,8 @@ def _run_scheduler(args: argparse.Namespace) -> int:
                 f"pass --url postgresql://user@host/db (or mongodb://host/db), or export {ENV_URL}",
             )
         driver = connect(url)
-        driver.migrate()
     try:
+        prepare_schema(driver, migrate=args.migrate, what="scheduler")
         scheduler = Scheduler(driver, registry=default_registry, interval=args.interval)
         restore = _install_signal_handlers(scheduler.request_stop)
         try:

@@ -25,7 +25,8 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from jobcore.current import connect, set_job_driver
-from jobcore.errors import ConfigurationError, UrlInvalid
+from jobcore.driver import JobDriver
+from jobcore.errors import ConfigurationError, SchemaOutdated, UrlInvalid
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, Worker
@@ -167,6 +168,35 @@ def import_jobs(target: str) -> ModuleType:
         raise
 
 
+def add_migrate_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """The ``--migrate`` flag of the long-running commands (the worker, the scheduler, the demo)."""
+    parser.add_argument(
+        "--migrate", action="store_true",
+        help=f"install or upgrade the store's schema before the {what} starts (default: never run DDL; a missing "
+        "or older schema is refused with JC_SCHEMA_OUTDATED; production runs `jobcore migrate` once per deploy)",
+    )
+
+
+def prepare_schema(driver: JobDriver, *, migrate: bool, what: str) -> None:
+    """Migrate when told to (``--migrate``, or ``auto_migrate`` on the driver); otherwise
+    refuse, before anything starts, a store whose schema is missing or older than this
+    jobcore's. Reads only, unless told to migrate."""
+    log = logging.getLogger("jobcore.cli")
+    if migrate or getattr(driver, "auto_migrate", False):
+        done = driver.migrate()
+        log.info("schema: %s", done.describe())
+        return
+    plan = driver.migrate(dry_run=True)
+    if plan.changed:
+        state = "is not installed" if plan.before is None else f"is at version {plan.before}"
+        raise SchemaOutdated(
+            f"jobcore's schema on this store {state}; this jobcore needs version {plan.latest}, and a {what} "
+            "runs no DDL unless told to",
+            f"run `jobcore migrate --url ...` once per deploy before starting the {what} (docs/deploy.md), "
+            f"or pass --migrate to let this {what} run it",
+        )
+
+
 def register(subparsers: Any) -> None:
     """Add the ``worker`` sub-command."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -176,6 +206,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
     parser.add_argument("--url", default=os.environ.get("JOBCORE_URL"), help="driver URL (default: $JOBCORE_URL)")
     parser.add_argument("--queues", default=None, help="comma-separated queues (default: those the jobs declare)")
+    add_migrate_option(parser, "worker")
     parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
     parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
     parser.add_argument(
@@ -235,7 +266,12 @@ def _run_worker(args: argparse.Namespace) -> int:
         if not args.url:
             raise UrlInvalid("no driver URL given", "pass --url postgresql://... or set JOBCORE_URL")
         driver = connect(args.url)
-        driver.migrate()
+    try:
+        prepare_schema(driver, migrate=args.migrate, what="worker")
+    except BaseException:
+        if owned:
+            driver.close()
+        raise
     queues = args.queues or ",".join(sorted(default_registry.queues()))
     worker = Worker(
         queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,

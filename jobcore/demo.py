@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from jobcore.backoff import Backoff
+from jobcore.cli_worker import add_migrate_option, prepare_schema
 from jobcore.current import connect, use_job_driver
 from jobcore.driver import JobDriver
 from jobcore.errors import LeaseLost
@@ -368,6 +369,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--workers", type=int, default=3, help="workers besides the one that crashes (default 3)")
     parser.add_argument("--seconds", type=float, default=60.0, help="give up after this long (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the demo's random choices")
+    add_migrate_option(parser, "demo")
     parser.set_defaults(func=run_demo)
 
 
@@ -382,8 +384,8 @@ def run_demo(args: argparse.Namespace) -> int:
     owned = driver is None
     if driver is None:
         driver = connect(args.url)
-        driver.migrate()
     try:
+        prepare_schema(driver, migrate=args.migrate, what="demo")
         return Demo(driver, jobs=args.jobs, out=sys.stdout, seed=args.seed).run(
             workers=args.workers, seconds=args.seconds
         )

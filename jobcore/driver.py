@@ -35,6 +35,7 @@ from jobcore.records import (
     Job,
     JobFilter,
     JobSpec,
+    Migration,
     Page,
     PruneResult,
     RescueResult,
@@ -578,8 +579,17 @@ class JobDriver(Protocol):
         """
         ...
 
-    def migrate(self) -> None:
-        """Install or upgrade the store's schema and indexes; idempotent, safe to race."""
+    def migrate(self, *, dry_run: bool = False) -> Migration:
+        """Install or upgrade the store's schema and indexes; idempotent, safe to race.
+
+        Answers what was done (:class:`~jobcore.records.Migration`: the version before
+        and after, the statements run). ``dry_run=True`` writes nothing and answers the
+        statements a real run would execute. Nothing else in jobcore runs these
+        statements unless told to (``auto_migrate``, ``--migrate``): every other call
+        on a store whose schema is missing or older raises ``JC_SCHEMA_OUTDATED``, and
+        on one a newer jobcore migrated, works when that newer schema declares itself
+        compatible with this one (rolling deploys), else raises ``JC_SCHEMA_OUTDATED``.
+        """
         ...
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "JobFilter",
     "JobSpec",
     "JobState",
+    "Migration",
     "Page",
     "PruneResult",
     "RescueResult",
@@ -452,6 +453,49 @@ class RetentionPolicy:
         """The age for one finished state (``None``: kept forever)."""
         value: timedelta | None = getattr(self, JobState(state).value)
         return value
+
+
+@attrs.frozen(kw_only=True)
+class Migration:
+    """What ``driver.migrate()`` did, or (``dry_run=True``) would do.
+
+    Attributes:
+        before: The store's schema version before the call; None when jobcore's schema
+            was not installed there.
+        after: The store's version once the call's statements have run (``before``
+            when there was nothing to do); None for a store that keeps no schema (memory).
+        latest: The schema version this jobcore installs; None for memory.
+        statements: The statements that ran, or would run, in order: SQL for
+            PostgreSQL, ``mongosh`` commands for MongoDB; empty when there was nothing to do.
+        applied: False for a dry run: nothing was written.
+        language: What ``statements`` are written in: ``"sql"``, ``"mongosh"``, or ``""``
+            for a store that keeps no schema.
+    """
+
+    before: int | None
+    after: int | None
+    latest: int | None
+    statements: tuple[str, ...] = ()
+    applied: bool = True
+    language: str = ""
+
+    @property
+    def changed(self) -> bool:
+        """True when the call moved (or a dry run would move) the store to another version."""
+        return self.after is not None and self.before != self.after
+
+    def describe(self) -> str:
+        """One line for people: installed version N / moved from M to N / already at N."""
+        if self.after is None:
+            return "nothing to install: this store keeps no schema"
+        if self.before is not None and self.latest is not None and self.before > self.latest:
+            return f"at version {self.before}, newer than this jobcore's {self.latest}: left alone"
+        if self.before == self.after:
+            return f"already at version {self.after}"
+        if self.before is None:
+            return f"installed version {self.after}" if self.applied else f"would install version {self.after}"
+        verb = "moved" if self.applied else "would move"
+        return f"{verb} from version {self.before} to {self.after}"
 
 
 @attrs.frozen(kw_only=True)

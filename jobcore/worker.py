@@ -62,7 +62,15 @@ from jobcore.backoff import DEFAULT_BACKOFF
 from jobcore.clock import monotonic_of, to_millis
 from jobcore.current import get_job_driver
 from jobcore.driver import DeferredStart, Duration, JobDriver, LandedAcks, Subscription
-from jobcore.errors import ConfigurationError, InvalidInput, JobNotRegistered, JobTimeout, OptionInvalid, PayloadInvalid
+from jobcore.errors import (
+    ConfigurationError,
+    InvalidInput,
+    JobNotRegistered,
+    JobTimeout,
+    OptionInvalid,
+    PayloadInvalid,
+    SchemaOutdated,
+)
 from jobcore.records import Claimed, ClaimToken, Job, JobState, RetentionPolicy
 from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL, Pruner
@@ -550,6 +558,11 @@ class Worker:
         try:
             self._startup()
             self._claim_loop()
+        except SchemaOutdated as exc:
+            self.log.error(  # noqa: TRY400 - the cause and fix say it all; a traceback would bury them
+                "worker %s cannot run on this store: %s (fix: %s)", self.worker_id, exc.cause, exc.fix
+            )
+            raise
         except BaseException:
             self.log.exception("worker %s stopped by an unexpected error", self.worker_id)
             raise
@@ -654,6 +667,8 @@ class Worker:
                     drop_exhausted=self.registry.drop_exhausted(), **options,
                 )
                 self._claim_rtt += (time.monotonic() - sent - self._claim_rtt) / 8
+            except SchemaOutdated:
+                raise  # no retry mends it: someone must run `jobcore migrate` (or upgrade jobcore)
             except Exception:
                 # F06: try again soon (within RETRY_CAP of the store's return), log sparingly.
                 self._log_failure("claim")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -403,12 +404,24 @@ def test_rescue_requeues_lapsed_and_buries_final_attempts(run: Run, driver: JobD
     assert run("rescue")[1] == "requeued 0 job(s) whose lease lapsed; buried 0\n"
 
 
-def test_migrate_calls_the_driver(run: Run, driver: JobDriver, monkeypatch: pytest.MonkeyPatch) -> None:
-    """migrate runs driver.migrate() once and says so."""
-    calls: list[int] = []
-    monkeypatch.setattr(driver, "migrate", lambda: calls.append(1))
-    assert run("migrate")[:2] == (0, "schema of the given driver is up to date\n")
-    assert calls == [1]
+def test_migrate_says_what_it_did(run: Run, driver: JobDriver) -> None:
+    """On a migrated store `migrate` says it is already at its version (memory: nothing to install),
+    --dry-run and --sql find nothing to apply, and --json carries the same as fields."""
+    status, out, _ = run("migrate")
+    assert status == 0
+    keeps_schema = "shared_store" in driver.capabilities
+    if keeps_schema:
+        assert re.fullmatch(r"schema of the given driver: already at version \d+\n", out), out
+    else:
+        assert out == "schema of the given driver: nothing to install: this store keeps no schema\n"
+    data = _json(run("migrate", "--json")[1])
+    assert data["changed"] is False
+    assert data["statements"] == []
+    assert data["before"] == data["after"] == data["latest"]
+    assert run("migrate", "--dry-run")[1] == out
+    sql = run("migrate", "--sql")[1]
+    assert sql.endswith(": nothing to apply\n")
+    assert sql.startswith(("-- ", "// "))
 
 
 def test_without_url_or_env_the_command_is_refused_no_driver(

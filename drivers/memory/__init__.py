@@ -48,6 +48,7 @@ from jobcore.records import (
     JobError,
     JobFilter,
     JobState,
+    Migration,
     Page,
     PruneResult,
     RescueResult,
@@ -463,8 +464,9 @@ class MemoryDriver:
             self._subscribers.append(entry)
         return _Subscription(self, entry)
 
-    def migrate(self) -> None:
+    def migrate(self, *, dry_run: bool = False) -> Migration:
         """Nothing to install in memory."""
+        return Migration(before=None, after=None, latest=None, applied=not dry_run)
 
     def close(self) -> None:
         with self._lock:

@@ -70,7 +70,7 @@ from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job, started_job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, started_job
 
 from . import _docs as d
 from ._errors import Bounds, translated
@@ -115,14 +115,18 @@ class MongoDriver:
         connect_timeout: Seconds to open one connection, for a client made from a URI
             (``connectTimeoutMS``, unless the URI sets it). The wait for a usable server
             is bounded by ``call_timeout``.
+        auto_migrate: Create the indexes and record the schema on first use instead of
+            raising ``JC_SCHEMA_OUTDATED`` (tests, demos; production runs ``jobcore migrate``).
+            ``?auto_migrate=true`` in a URL says the same.
     """
 
     def __init__(
         self, uri_or_client: str | MongoClient[Doc], *, database: str = "jobcore",
         collection_prefix: str = "jobcore_", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, call_timeout: Duration = DEFAULT_CALL_TIMEOUT,
-        connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT, auto_migrate: bool = False,
     ) -> None:
+        self.auto_migrate = bool(auto_migrate)
         call_bound = _seconds(call_timeout, "call_timeout")
         connect_bound = _seconds(connect_timeout, "connect_timeout")
         if isinstance(uri_or_client, str):
@@ -167,7 +171,12 @@ class MongoDriver:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoDriver:
-        """Build from ``mongodb://[user@]host[:port]/database?...``; the path names the database."""
+        """Build from ``mongodb://[user@]host[:port]/database?...``; the path names the database.
+
+        jobcore's own option ``auto_migrate`` is taken out of the query; the rest goes to PyMongo.
+        """
+        url, own = _own_options(url)
+        options = {**own, **options}
         try:
             parsed = parse_uri(url)
         except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
@@ -240,8 +249,36 @@ class MongoDriver:
         return found
 
     @translated
-    def migrate(self) -> None:
-        """Create and check the indexes and record the schema version; idempotent, safe to race."""
+    def migrate(self, *, dry_run: bool = False) -> Migration:
+        """Create and check the indexes and record the schema version; idempotent, safe to race.
+
+        ``dry_run=True`` only reads: the answer's ``statements`` are the ``mongosh``
+        commands a real run would send (``jobcore migrate --dry-run``).
+        """
+        found = self._version()
+        before = None if found is None else found[0]
+        if before is not None and before > d.SCHEMA_VERSION:
+            return Migration(
+                before=before, after=before, latest=d.SCHEMA_VERSION, applied=False, language="mongosh"
+            )
+        missing = self._missing_indexes()
+        statements = tuple(
+            f"db.getCollection({self._jobs.name!r}).createIndex({_shell(m.document['key'])}, "
+            f"{_shell({k: val for k, val in m.document.items() if k != 'key'})})"
+            for m in missing
+        )
+        if before != d.SCHEMA_VERSION:
+            record = {"version": d.SCHEMA_VERSION, "compatible_from": d.COMPATIBLE_FROM}
+            statements += (
+                f"db.getCollection({self._meta.name!r}).updateOne({{_id: 'schema'}}, {{$set: {_shell(record)}}}, "
+                "{upsert: true})",
+            )
+        after = d.SCHEMA_VERSION if statements else before
+        if dry_run:
+            return Migration(
+                before=before, after=after, latest=d.SCHEMA_VERSION, statements=statements, applied=False,
+                language="mongosh",
+            )
         try:
             self._jobs.create_indexes(d.INDEXES)
         except pe.OperationFailure as exc:
@@ -251,34 +288,63 @@ class MongoDriver:
                     "drop the conflicting jc_* index, then run `jobcore migrate` again",
                 ) from exc
             raise
-        found = self._jobs.index_information()
-        for model in d.INDEXES:
-            spec = model.document
-            have = found.get(spec["name"])
-            if have is None or [(k, int(o)) for k, o in have["key"]] != list(spec["key"].items()):
-                raise SchemaOutdated(f"index {spec['name']} of {self._jobs.full_name} is missing or differs")
+        if self._missing_indexes():
+            raise SchemaOutdated(f"an index of {self._jobs.full_name} is missing or differs after creating it")
         # The counter exists before the first enqueue, so enqueues never race to upsert it.
         with contextlib.suppress(pe.DuplicateKeyError):
             self._meta.update_one({"_id": "seq"}, {"$setOnInsert": {"value": 0}}, upsert=True)
-        # $max: a store a newer jobcore upgraded keeps its version. A DuplicateKeyError means
-        # a concurrent migrate inserted the record first, with our version.
+        # Only ever moves forward: a store a newer jobcore upgraded keeps its record. A
+        # DuplicateKeyError means a concurrent migrate inserted the record first.
         with contextlib.suppress(pe.DuplicateKeyError):
-            self._meta.update_one({"_id": "schema"}, {"$max": {"version": d.SCHEMA_VERSION}}, upsert=True)
+            self._meta.update_one(
+                {"_id": "schema", "version": {"$not": {"$gte": d.SCHEMA_VERSION}}},
+                {"$set": {"version": d.SCHEMA_VERSION, "compatible_from": d.COMPATIBLE_FROM}}, upsert=True,
+            )
         self._ready = True
+        return Migration(
+            before=before, after=after, latest=d.SCHEMA_VERSION, statements=statements, language="mongosh"
+        )
+
+    def _version(self) -> tuple[int, int] | None:
+        """The store's schema version and the oldest version whose code runs against it, or
+        None when jobcore never set this database up."""
+        found = self._meta.find_one({"_id": "schema"})
+        if found is None:
+            return None
+        version = int(found.get("version", 0))
+        return version, int(found.get("compatible_from", version))
+
+    def _missing_indexes(self) -> list[pymongo.IndexModel]:
+        """This jobcore's indexes the jobs collection lacks (or holds with other keys)."""
+        have = self._jobs.index_information()
+        out = []
+        for model in d.INDEXES:
+            spec = model.document
+            found = have.get(spec["name"])
+            if found is None or [(k, int(o)) for k, o in found["key"]] != list(spec["key"].items()):
+                out.append(model)
+        return out
 
     def _ensure(self) -> None:
-        """Migrate a store on first use; refuse one a newer jobcore set up."""
+        """Refuse a store this jobcore cannot use: not set up (unless ``auto_migrate``), older,
+        or newer than this jobcore's code can run against."""
         if self._ready:
             return
-        found = self._meta.find_one({"_id": "schema"})
-        version = 0 if found is None else int(found.get("version", 0))
-        if version > d.SCHEMA_VERSION:
+        found = self._version()
+        if found is None or found[0] < d.SCHEMA_VERSION:
+            if not self.auto_migrate:
+                state = "is not set up" if found is None else f"is at schema {found[0]}"
+                raise SchemaOutdated(
+                    f"jobcore's collections in {self._jobs.database.name} {state}; this jobcore needs schema"
+                    f" {d.SCHEMA_VERSION}"
+                )
+            self.migrate()
+        elif found[1] > d.SCHEMA_VERSION:
             raise SchemaOutdated(
-                f"{self._jobs.database.name} was set up by a newer jobcore (schema {version})",
+                f"{self._jobs.database.name} was set up by a newer jobcore (schema {found[0]}, which needs"
+                f" schema {found[1]} or later; this jobcore has {d.SCHEMA_VERSION})",
                 "upgrade jobcore in this process",
             )
-        if version < d.SCHEMA_VERSION:
-            self.migrate()
         self._ready = True
 
     def _now(self) -> datetime:
@@ -749,3 +815,35 @@ def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
     given = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
     wanted = {"timeoutMS": call, "connectTimeoutMS": connect}
     return {name: max(1, round(seconds * 1000)) for name, seconds in wanted.items() if name.lower() not in given}
+
+
+_OWN_URL_OPTIONS = {"auto_migrate": lambda text: text.lower() in ("1", "true", "yes", "on")}
+
+
+def _own_options(url: str) -> tuple[str, dict[str, Any]]:
+    """``url`` without jobcore's own query options, and those options parsed."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url, {}
+    own: dict[str, Any] = {}
+    rest = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in _OWN_URL_OPTIONS:
+            own[name] = _OWN_URL_OPTIONS[name](value)
+        else:
+            rest.append((name, value))
+    return urlunsplit(parts._replace(query=urlencode(rest))), own
+
+
+def _shell(value: Any) -> str:
+    """``value`` as mongosh source (keys bare where they can be, strings quoted)."""
+    if isinstance(value, dict):
+        keys = [str(k) if str(k).isidentifier() else repr(str(k)) for k in value]
+        return "{" + ", ".join(f"{k}: {_shell(item)}" for k, item in zip(keys, value.values(), strict=True)) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_shell(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)

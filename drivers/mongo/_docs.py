@@ -38,6 +38,7 @@ from jobcore.records import Job, JobError, JobFilter, JobState
 __all__ = [
     "CLAIM_INDEX",
     "CLAIM_ORDER",
+    "COMPATIBLE_FROM",
     "INDEXES",
     "LEASE_INDEX",
     "SCHEMA_VERSION",
@@ -53,6 +54,10 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """Bumped whenever the document shape or the index set changes."""
+
+COMPATIBLE_FROM = 1
+"""The oldest schema whose code runs against a store at :data:`SCHEMA_VERSION` (recorded
+next to it; a change that only adds says ``SCHEMA_VERSION - 1``: docs/deploy.md, "Upgrades")."""
 
 CLAIM_INDEX = "jc_claim"
 LEASE_INDEX = "jc_lease"

@@ -51,7 +51,7 @@ from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, claimed_job, stored_job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, stored_job
 
 from . import _schema
 from ._errors import translate, translated
@@ -227,7 +227,7 @@ class PostgresDriver:
         """The clock standing in for the store's, or None: the statements read the store's."""
         self.clock: Clock = clock if clock is not None else StoreClock(self._read_store_time)
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
-        self._auto_migrate = bool(auto_migrate)
+        self.auto_migrate = bool(auto_migrate)
         statement, call = _timeouts(statement_timeout, call_timeout)
         self.call_timeout = None if call is None else call.total_seconds()
         self._pool: ConnectionPool[Any] | Pool
@@ -328,17 +328,18 @@ class PostgresDriver:
             return
         with self._schema_lock:  # a second thread racing here re-checks: harmless, it is read-only
             with translated(self.schema), self._connection() as conn:
-                version = _schema.current_version(conn, self.schema)
-            if version is None or version < _schema.LATEST:
-                if not self._auto_migrate:
-                    state = "is not installed" if version is None else f"is at version {version}"
+                found = _schema.read_version(conn, self.schema)
+            if found is None or found.version < _schema.LATEST:
+                if not self.auto_migrate:
+                    state = "is not installed" if found is None else f"is at version {found.version}"
                     raise SchemaOutdated(
                         f"jobcore's schema {self.schema!r} {state}; this jobcore needs version {_schema.LATEST}"
                     )
-                self._migrate()
-            elif version > _schema.LATEST:
+                self._migrate(dry_run=False)
+            elif found.compatible_from > _schema.LATEST:
                 raise SchemaOutdated(
-                    f"schema {self.schema!r} is at version {version}, newer than this jobcore ({_schema.LATEST})",
+                    f"schema {self.schema!r} is at version {found.version}, newer than this jobcore's"
+                    f" {_schema.LATEST}, and needs a jobcore of schema {found.compatible_from} or later",
                     "upgrade jobcore in this process",
                 )
             self._schema_ok = True
@@ -620,20 +621,29 @@ class PostgresDriver:
         self._listeners.append(listener)
         return listener
 
-    def migrate(self) -> None:
-        """Install or upgrade jobcore's schema; idempotent, safe to run from several processes."""
-        self._migrate()
-        self._schema_ok = True
+    def migrate(self, *, dry_run: bool = False) -> Migration:
+        """Install or upgrade jobcore's schema; idempotent, safe to run from several processes.
 
-    def _migrate(self) -> None:
+        ``dry_run=True`` only reads: the answer's ``statements`` are the SQL a real run
+        would execute, complete, for a DBA to apply (``jobcore migrate --sql``).
+        """
+        done = self._migrate(dry_run=dry_run)
+        if done.applied:  # a newer store was left alone: the first call checks it can be used
+            self._schema_ok = True
+        return done
+
+    def _migrate(self, *, dry_run: bool) -> Migration:
         # Never cut short by call_timeout: DDL on a large table takes what it takes.
         with translated(self.schema), self._connection() as conn, bounded(conn, None):
-            before = _schema.migrate(conn, self.schema)
-        if before > _schema.LATEST:
-            raise SchemaOutdated(
-                f"schema {self.schema!r} is at version {before}, newer than this jobcore ({_schema.LATEST})",
-                "upgrade jobcore in this process",
-            )
+            run = _schema.plan if dry_run else _schema.migrate
+            before, statements = run(conn, self.schema)
+        if before is not None and before > _schema.LATEST:
+            return Migration(before=before, after=before, latest=_schema.LATEST, applied=False, language="sql")
+        after = _schema.LATEST if statements else before
+        return Migration(
+            before=before, after=after, latest=_schema.LATEST, statements=tuple(statements), applied=not dry_run,
+            language="sql",
+        )
 
     def close(self) -> None:
         listeners, self._listeners = self._listeners, []

@@ -9,6 +9,7 @@ a raw psycopg exception; the original stays on ``__cause__``:
   starting up or shutting down, an exhausted pool -> ``BackendUnavailable``;
 * a missing table or schema -> ``SchemaOutdated`` (run ``jobcore migrate``);
 * a deadlock or serialization failure (rolled back, nothing written) -> ``BackendFailure``;
+* a missing privilege -> ``BackendFailure`` naming the grants (docs/deploy.md);
 * anything else -> ``BackendFailure``.
 """
 
@@ -76,6 +77,12 @@ def translate(exc: BaseException, schema: str = "") -> BackendError:
         )
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return BackendUnavailable(f"the database connection failed: {text}")
+    if isinstance(exc, pg.InsufficientPrivilege):
+        return BackendFailure(
+            f"the database role may not do what this call needs: {text}",
+            "run `jobcore migrate` as the role owning jobcore's schema; workers, the scheduler and the CLI "
+            "need the grants listed in docs/deploy.md ('Roles and grants')",
+        )
     return BackendFailure(f"the database refused the statement: {type(exc).__name__}: {text}")
 
 

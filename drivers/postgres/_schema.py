@@ -7,6 +7,14 @@ order. :func:`migrate` takes a transaction-scoped advisory lock keyed on the sch
 name first, so two processes migrating at once apply each step exactly once: the
 second waits, then finds nothing left to do.
 
+Rolling deploys: ``COMPATIBLE_FROM[n - 1]`` is the oldest schema version whose code
+still runs correctly against a store at version ``n``; it is recorded next to the
+version. A driver meets a store newer than itself without refusing it when the store's
+recorded ``compatible_from`` is at most the driver's :data:`LATEST`, so workers of the
+previous release keep running while the new release's ``migrate`` has already run
+(expand first; a step that breaks older code is only ever released after a release
+that no longer needs what it removes). See docs/deploy.md, "Upgrades".
+
 Index design (why the claim stays flat as finished rows pile up): ``jobs_due`` holds
 only ``ready``/``scheduled`` rows in claim order per queue, and ``jobs_running`` only
 ``running`` rows by lease expiry, so neither grows with ``done``/``dead`` history.
@@ -17,13 +25,13 @@ read, never touched by a claim.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import psycopg
 
 from . import _sql
 
-__all__ = ["LATEST", "MIGRATIONS", "current_version", "migrate"]
+__all__ = ["COMPATIBLE_FROM", "LATEST", "MIGRATIONS", "StoreVersion", "current_version", "migrate", "plan"]
 
 _LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
 
@@ -103,15 +111,34 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 LATEST: Final = len(MIGRATIONS)
 
+COMPATIBLE_FROM: Final[tuple[int, ...]] = (1, 2, 3, 4, 5, 6)
+"""Per step, the oldest schema version whose code runs against a store after that step.
+Steps 1-6 predate the record and claim nothing (each needs its own release's code); a
+step that only adds (a nullable or defaulted column, an index, a table) says ``n - 1``."""
+
 _LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
 _CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {schema}"
 _CREATE_VERSIONS: Final = """CREATE TABLE IF NOT EXISTS {versions} (
     version integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    compatible_from integer
 )"""
-_RECORD: Final = "INSERT INTO {versions} (version) VALUES (%(version)s)"
+# Stores installed before the record existed gain its column with their next step.
+_ADD_COMPATIBLE: Final = "ALTER TABLE {versions} ADD COLUMN IF NOT EXISTS compatible_from integer"
+_RECORD: Final = "INSERT INTO {versions} (version, compatible_from) VALUES ({version}, {compatible})"
 _EXISTS: Final = "SELECT to_regclass(%(name)s) IS NOT NULL"
+_SCHEMA_EXISTS: Final = "SELECT to_regnamespace(%(name)s) IS NOT NULL"
 _NO_TIMEOUT: Final = "SET LOCAL statement_timeout = 0"
+# to_jsonb(v): reads a store whose table predates the compatible_from column too.
+_READ: Final = """SELECT v.version, (to_jsonb(v) ->> 'compatible_from')::integer
+    FROM {versions} AS v ORDER BY v.version DESC LIMIT 1"""
+
+
+class StoreVersion(NamedTuple):
+    """A store's schema version, and the oldest version whose code runs against it."""
+
+    version: int
+    compatible_from: int
 
 
 def _render(template: str, schema: str) -> bytes:
@@ -122,31 +149,76 @@ def _render(template: str, schema: str) -> bytes:
 
 def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
     """The schema's version, or None when jobcore's schema is not installed there."""
+    found = read_version(conn, schema)
+    return None if found is None else found.version
+
+
+def read_version(conn: psycopg.Connection[Any], schema: str) -> StoreVersion | None:
+    """The schema's version and compatibility, or None when jobcore's schema is not installed there.
+
+    A store without a recorded ``compatible_from`` needs code of its own version."""
     table = psycopg.sql.Identifier(schema, "schema_versions").as_string()
     row = conn.execute(_EXISTS, {"name": table}).fetchone()
     if row is None or not row[0]:
         return None
-    found = conn.execute(_sql.render(_sql.SCHEMA_VERSION, schema)).fetchone()
-    return int(found[0]) if found else 0
+    found = conn.execute(_render(_READ, schema)).fetchone()
+    if found is None:
+        return StoreVersion(0, 0)
+    version = int(found[0])
+    return StoreVersion(version, version if found[1] is None else int(found[1]))
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str, target: int = LATEST) -> int:
-    """Bring ``schema`` up to version ``target`` in one transaction; answers the version before.
+def _steps(schema: str, before: int | None, target: int, *, create_schema: bool) -> list[bytes]:
+    """The statements taking ``schema`` from ``before`` (None: nothing installed) to ``target``."""
+    start = before or 0
+    if start >= target:
+        return []
+    out: list[bytes] = []
+    if create_schema:
+        out.append(_render(_CREATE_SCHEMA, schema))
+    out.append(_render(_CREATE_VERSIONS if before is None else _ADD_COMPATIBLE, schema))
+    for version in range(start + 1, target + 1):
+        out.extend(_render(statement, schema) for statement in MIGRATIONS[version - 1])
+        record = psycopg.sql.SQL(_RECORD).format(
+            versions=psycopg.sql.Identifier(schema, "schema_versions"),
+            version=psycopg.sql.Literal(version), compatible=psycopg.sql.Literal(COMPATIBLE_FROM[version - 1]),
+        )
+        out.append(record.as_bytes())
+    return out
 
-    Runs on ``conn`` (its own transaction). Idempotent; concurrent callers serialise on
-    the advisory lock. A store newer than ``target`` is left alone.
+
+def _schema_exists(conn: psycopg.Connection[Any], schema: str) -> bool:
+    name = psycopg.sql.Identifier(schema).as_string()
+    row = conn.execute(_SCHEMA_EXISTS, {"name": name}).fetchone()
+    return bool(row and row[0])
+
+
+def plan(conn: psycopg.Connection[Any], schema: str, target: int = LATEST) -> tuple[int | None, list[str]]:
+    """The store's version now and the SQL :func:`migrate` would run (read-only).
+
+    The statements are complete (identifiers quoted, values inlined), in order, for a
+    DBA to apply in one transaction: ``jobcore migrate --sql`` prints them so."""
+    before = current_version(conn, schema)
+    steps = _steps(schema, before, target, create_schema=not _schema_exists(conn, schema))
+    return before, [step.decode() for step in steps]
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, target: int = LATEST) -> tuple[int | None, list[str]]:
+    """Bring ``schema`` up to version ``target`` in one transaction.
+
+    Answers the version before (None: not installed) and the statements that ran. Runs
+    on ``conn`` (its own transaction). Idempotent; concurrent callers serialise on the
+    advisory lock. A store newer than ``target`` is left alone. ``CREATE SCHEMA`` is
+    skipped when the schema exists, so a role that owns the schema but may not create
+    schemas in the database can migrate it.
     """
     with conn.transaction():
         # DDL on a large table may take long: no statement timeout of the session (the
         # driver's default follows its call_timeout) cuts a migration short.
         conn.execute(_NO_TIMEOUT)
         conn.execute(_LOCK, {"schema": schema})
-        conn.execute(_render(_CREATE_SCHEMA, schema))
-        conn.execute(_render(_CREATE_VERSIONS, schema))
-        row = conn.execute(_sql.render(_sql.SCHEMA_VERSION, schema)).fetchone()
-        before = int(row[0]) if row else 0
-        for version in range(before + 1, target + 1):
-            for statement in MIGRATIONS[version - 1]:
-                conn.execute(_render(statement, schema))
-            conn.execute(_render(_RECORD, schema), {"version": version})
-    return before
+        before = current_version(conn, schema)
+        steps = _steps(schema, before, target, create_schema=not _schema_exists(conn, schema))
+        for statement in steps:
+            conn.execute(statement)
+    return before, [step.decode() for step in steps]

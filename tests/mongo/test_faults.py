@@ -117,7 +117,7 @@ def test_a_handed_in_client_without_bounds_gets_the_call_bound(
         assert client.options.timeout is None
         assert client.options.pool_options.socket_timeout is None
         driver = MongoDriver(client, database=f"jc_test_{uuid.uuid4().hex[:16]}", clock=ManualClock(START),
-                             call_timeout=BOUND)
+                             call_timeout=BOUND, auto_migrate=True)
         try:
             driver.enqueue("warm")
             proxy.freeze()
@@ -289,7 +289,7 @@ def test_the_first_call_after_a_restart_succeeds_within_a_second(restartable: di
     """Server stopped (calls answer JC_DB_UNAVAILABLE), then started again: the driver's first call once it
     accepts connections succeeds within about a second, a call already waiting succeeds as it comes back,
     and wake-ups resume."""
-    driver = MongoDriver(restartable["url"], database="jc_recover", call_timeout=2.0)  # the server's clock
+    driver = MongoDriver(restartable["url"], database="jc_recover", call_timeout=2.0, auto_migrate=True)  # store clock
     woken = threading.Event()
     subscription = driver.subscribe(["default"], lambda queue: woken.set()) if "notify" in driver.capabilities else None
     try:

@@ -198,7 +198,7 @@ def standalone(tmp_path: Any) -> Any:
 def test_standalone_server_offers_no_notify_or_transactions(standalone: str, clock: Any) -> None:
     """On a standalone server: no notify, no transactional enqueue, a silent subscription; jobs still work."""
     with MongoClient(standalone) as client:
-        driver = MongoDriver(client, database="jc_standalone", clock=clock)
+        driver = MongoDriver(client, database="jc_standalone", clock=clock, auto_migrate=True)
         assert driver.capabilities == frozenset({"shared_store", "ack_landed_only", "deferred_start"})
         fired: list[str] = []
         driver.subscribe(["default"], fired.append).close()
@@ -221,7 +221,7 @@ def test_server_restart_surfaces_as_unavailable_then_recovers(tmp_path: Any, clo
     port, storage = fx.free_port(), str(tmp_path / "restart")
     process, url, _ = fx.start_secantus(port, storage)
     client: MongoClient[Any] = MongoClient(url, timeoutMS=1500)  # its own bound: each call, finding a server too
-    driver = MongoDriver(client, database="jc_restart", clock=clock)
+    driver = MongoDriver(client, database="jc_restart", clock=clock, auto_migrate=True)
     woken = threading.Event()
     subscription = driver.subscribe(["default"], lambda queue: woken.set()) if "notify" in driver.capabilities else None
     try:

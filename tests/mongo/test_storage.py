@@ -98,9 +98,12 @@ def test_migrate_refuses_a_conflicting_index(driver: MongoDriver) -> None:
 
 
 def test_a_store_from_a_newer_jobcore_is_refused(make: Any) -> None:
-    """A schema version above this jobcore's refuses use instead of corrupting the store."""
+    """A schema version above this jobcore's, not declared compatible with it, refuses use instead of
+    corrupting the store (a record without compatible_from needs its own version's code)."""
     first = make()
-    first._meta.update_one({"_id": "schema"}, {"$set": {"version": docs.SCHEMA_VERSION + 1}})
+    first._meta.update_one(
+        {"_id": "schema"}, {"$set": {"version": docs.SCHEMA_VERSION + 1}, "$unset": {"compatible_from": ""}}
+    )
     second = MongoDriver(first._client, database=first._jobs.database.name, clock=first.clock)
     with pytest.raises(SchemaOutdated):
         second.enqueue("a")
@@ -175,7 +178,7 @@ def test_from_url_takes_the_database_from_the_path(server: Any, clock: Any) -> N
     """connect('mongodb://host/db') builds a MongoDriver on database db."""
     base, _, query = server.url.partition("?")
     url = f"{base.rstrip('/')}/jc_url_test?{query}" if query else f"{base.rstrip('/')}/jc_url_test"
-    driver = connect(url, clock=clock)
+    driver = connect(url, clock=clock, auto_migrate=True)
     try:
         assert isinstance(driver, MongoDriver)
         assert driver._jobs.database.name == "jc_url_test"
