@@ -269,9 +269,10 @@ class MongoDriver:
         )
         if before != d.SCHEMA_VERSION:
             record = {"version": d.SCHEMA_VERSION, "compatible_from": d.COMPATIBLE_FROM}
+            meta = f"db.getCollection({self._meta.name!r})"
             statements += (
-                f"db.getCollection({self._meta.name!r}).updateOne({{_id: 'schema'}}, {{$set: {_shell(record)}}}, "
-                "{upsert: true})",
+                f"{meta}.updateOne({{_id: 'seq'}}, {{$setOnInsert: {{value: 0}}}}, {{upsert: true}})",
+                f"{meta}.updateOne({{_id: 'schema'}}, {{$set: {_shell(record)}}}, {{upsert: true}})",
             )
         after = d.SCHEMA_VERSION if statements else before
         if dry_run:

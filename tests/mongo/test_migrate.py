@@ -53,11 +53,31 @@ def test_dry_run_lists_the_commands_and_writes_nothing(fresh: Callable[..., Mong
     assert driver._jobs.database.list_collection_names() == []
 
 
+def test_the_mongosh_commands_set_the_store_up(fresh: Callable[..., MongoDriver]) -> None:
+    """What a DBA applies from `jobcore migrate --sql` (here: each command run through the client's own
+    calls) leaves a store that migrate finds current and that enqueues and claims."""
+    driver = fresh()
+    plan = driver.migrate(dry_run=True)
+    db = driver._jobs.database
+    for model in d.INDEXES:
+        spec = dict(model.document)
+        db.command({"createIndexes": driver._jobs.name, "indexes": [spec]})
+    db[driver._meta.name].update_one({"_id": "seq"}, {"$setOnInsert": {"value": 0}}, upsert=True)
+    db[driver._meta.name].update_one(
+        {"_id": "schema"}, {"$set": {"version": d.SCHEMA_VERSION, "compatible_from": d.COMPATIBLE_FROM}}, upsert=True
+    )
+    assert len(plan.statements) == len(d.INDEXES) + 2
+    again = fresh()
+    assert again.migrate(dry_run=True).statements == ()
+    job = again.enqueue("x")
+    assert again.claim(["default"], worker_id="w", lease=30).claimed[0].job.id == job.id
+
+
 def test_migrate_says_installed_then_already(fresh: Callable[..., MongoDriver]) -> None:
     driver = fresh()
     first = driver.migrate()
     assert first.describe() == f"installed version {d.SCHEMA_VERSION}"
-    assert len(first.statements) == len(d.INDEXES) + 1
+    assert len(first.statements) == len(d.INDEXES) + 2
     assert driver.enqueue("x").state == "ready"
     again = fresh().migrate()
     assert (again.describe(), again.statements) == (f"already at version {d.SCHEMA_VERSION}", ())
