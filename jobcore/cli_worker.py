@@ -237,7 +237,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
     parser.add_argument(
         "--metrics-port", type=int, default=None,
-        help="serve Prometheus metrics on this port at /metrics (needs jobcore[metrics]; default: off)",
+        help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
     )
     parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
     parser.set_defaults(func=run_worker)

@@ -59,7 +59,7 @@ def connect(url: str, **options: Any) -> JobDriver:
     except ImportError as exc:
         raise DriverUnavailable(
             f"the {scheme}:// driver needs packages that are not installed ({exc.name})",
-            f"pip install 'jobcore[{extra}]'",
+            f"pip install 'jobcore-queue[{extra}]'",
         ) from exc
     return getattr(module, class_name).from_url(url, **options)  # type: ignore[no-any-return]
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics for a worker and its store (the optional ``jobcore[metrics]`` extra).
+"""Prometheus metrics for a worker and its store (the optional ``jobcore-queue[metrics]`` extra).
 
 Worker metrics are fed by the structured events of :mod:`jobcore.events` (a hook, so
 they count whatever the logging configuration); store metrics are read from
@@ -39,7 +39,7 @@ def _prometheus() -> Any:
     except ImportError as exc:
         raise ConfigurationError(
             "metrics need the prometheus-client package, which is not installed",
-            "pip install 'jobcore[metrics]'",
+            "pip install 'jobcore-queue[metrics]'",
         ) from exc
     return prometheus_client
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics (``jobcore[metrics]``): scraped over HTTP from a running worker."""
+"""Prometheus metrics (``jobcore-queue[metrics]``): scraped over HTTP from a running worker."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def test_a_busy_port_is_a_coded_configuration_error(driver: MemoryDriver, server
 
 
 def test_without_the_extra_metrics_are_refused_with_the_install_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No prometheus_client: a JC_CONFIGURATION error naming jobcore[metrics]."""
+    """No prometheus_client: a JC_CONFIGURATION error naming jobcore-queue[metrics]."""
     real_import = builtins.__import__
 
     def no_prometheus(name: str, *args: Any, **kwargs: Any) -> Any:
@@ -154,7 +154,7 @@ def test_without_the_extra_metrics_are_refused_with_the_install_fix(monkeypatch:
     with pytest.raises(ConfigurationError) as caught:
         start_metrics_server(0)
     assert caught.value.code == "JC_CONFIGURATION"
-    assert caught.value.fix == "pip install 'jobcore[metrics]'"
+    assert caught.value.fix == "pip install 'jobcore-queue[metrics]'"
 
 
 def test_worker_command_serves_metrics_on_the_port_given(
