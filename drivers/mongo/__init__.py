@@ -69,7 +69,7 @@ from pymongo.uri_parser import parse_uri
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
-from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
+from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, started_job
 
 from . import _docs as d
@@ -135,7 +135,7 @@ class MongoDriver:
                 self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc, **bounded)
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
                 raise UrlInvalid(
-                    f"{redact_url(repr(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact_url(exc)})"
+                    f"{repr(redact(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact(exc)})"
                 ) from exc
             self._owns_client = True
             self._uri: str | None = uri_or_client
@@ -180,7 +180,7 @@ class MongoDriver:
         try:
             parsed = parse_uri(url)
         except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
-            raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid mongodb:// URL ({redact_url(exc)})") from exc
+            raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid mongodb:// URL ({redact(exc)})") from exc
         if parsed.get("database") and "database" not in options:
             options["database"] = parsed["database"]
         return cls(url, **options)

@@ -45,16 +45,16 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.driver import Duration
-from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
+from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, stored_job
 
 from . import _schema
-from ._errors import translate, translated
+from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
 from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, bounded, connect_kwargs
@@ -130,12 +130,21 @@ def make_pool(
     of ``call_timeout``; a statement running longer is cancelled by the server and surfaces
     as ``JC_DB_TIMEOUT``. ``connect_timeout`` defaults to 5 s unless ``conninfo`` or
     ``kwargs`` name one. Other ``kwargs`` go to every connection (psycopg's keywords).
+
+    A malformed ``conninfo`` is refused at once (``JC_URL_INVALID``). The pool's own log
+    records (its failed connection attempts) go through jobcore's logger
+    ``jobcore.drivers.postgres``, passwords masked, repeats at DEBUG; a call that finds no
+    connection within ``timeout`` answers the last attempt's real cause (``JC_DB_AUTH`` for
+    refused credentials, ``JC_DB_UNAVAILABLE`` naming the host and port).
     """
     statement, call = _timeouts(statement_timeout, call_timeout)
     connect = connect_kwargs(conninfo, statement_timeout=statement, call_timeout=call, **kwargs)
+    route_pool_logging()
+    # A class of its own, so this pool's last failed attempt is its own (BoundedConnection.last_failure).
+    connection_class = type("JobcoreConnection", (BoundedConnection,), {"last_failure": None})
     return ConnectionPool(
         conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
-        connection_class=BoundedConnection,
+        connection_class=connection_class,
     )
 
 
@@ -269,7 +278,7 @@ class PostgresDriver:
         try:
             parts = urlsplit(url)
         except ValueError as exc:  # e.g. an unbalanced "[" in the host
-            raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid URL ({exc})") from None
+            raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid URL ({redact(exc)})") from None
         if parts.scheme not in ("postgresql", "postgres"):
             raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
         taken: dict[str, Any] = {}
@@ -279,7 +288,7 @@ class PostgresDriver:
                 try:
                     taken[name] = _URL_OPTIONS[name](value)
                 except ValueError:
-                    raise UrlInvalid(f"URL option {name}={value!r:.40} is not valid") from None
+                    raise UrlInvalid(f"URL option {name}={redact(value)!r:.40} is not valid") from None
             else:
                 rest.append((name, value))
         conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
@@ -364,7 +373,7 @@ class PostgresDriver:
             except psycopg.Error as exc:
                 # No connection to be had (refused, connect_timeout, a full pool): trying again
                 # at once would only wait as long again.
-                raise translate(exc, self.schema) from exc
+                raise translate(exc, self.schema) from origin(exc)
             try:
                 if pooled.autocommit:
                     cur = pooled.execute(query, params)
@@ -376,7 +385,7 @@ class PostgresDriver:
                 error = translate(exc, self.schema)
                 if retry and attempt == 1 and isinstance(error, BackendUnavailable):  # lost mid-call
                     continue
-                raise error from exc
+                raise error from origin(exc)
             finally:
                 self._pool.putconn(pooled)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -389,7 +398,13 @@ class PostgresDriver:
         without waiting.
         """
         for _ in range(64):
-            conn: psycopg.Connection[Any] = self._pool.getconn()
+            try:
+                conn: psycopg.Connection[Any] = self._pool.getconn()
+            except PoolTimeout as exc:  # a caller's psycopg_pool: its last attempt says why
+                failure = getattr(getattr(self._pool, "connection_class", None), "last_failure", None)
+                if failure is not None:
+                    raise failure from exc
+                raise
             if alive(conn):
                 return conn
             conn.close()
