@@ -211,7 +211,7 @@ class MemoryDriver:
     def _current(self, token: ClaimToken) -> _Row | None:
         """The row ``token`` still holds, or None (L02, L03)."""
         seq = _seq_of(token.job_id)
-        row = None if seq is None else self._rows.get(seq)
+        row = None if seq is None or v.token_claim_no(token) is None else self._rows.get(seq)
         if (
             row is None
             or row.state is not RUNNING

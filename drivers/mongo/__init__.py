@@ -786,9 +786,10 @@ def _claimed(doc: Doc, now: datetime) -> Claimed:
 def _fence(token: ClaimToken) -> Doc | None:
     """The filter matching the job only while ``token`` is current (L01-L03)."""
     seq = d.parse_id(token.job_id)
-    if seq is None or not isinstance(token.claim_no, int) or not isinstance(token.worker_id, str):
+    claim_no = v.token_claim_no(token)  # beyond 64 bits BSON cannot even encode it: no job has it
+    if seq is None or claim_no is None or not isinstance(token.worker_id, str):
         return None
-    return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": token.claim_no}
+    return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": claim_no}
 
 
 def _ack_stages(text: str | None, now: datetime, mark: str | None = None) -> list[Doc]:

@@ -71,8 +71,8 @@ _MS = timedelta(milliseconds=1)
 
 def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
     """``(id, worker_id, claim_no)`` as the row holds them, or None for a token no row can match."""
-    job_id, worker, claim_no = token.job_id, token.worker_id, token.claim_no
-    if isinstance(claim_no, bool) or not isinstance(claim_no, int) or not 0 <= claim_no < 2**63:
+    job_id, worker, claim_no = token.job_id, token.worker_id, v.token_claim_no(token)
+    if claim_no is None:
         return None
     ident = parse_id(job_id) if isinstance(job_id, str) else None
     if ident is None or not isinstance(worker, str):
