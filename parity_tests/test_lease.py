@@ -236,8 +236,7 @@ OUT_OF_RANGE_CLAIM_NOS = [2**63, 2**64, 2**70, -1, -(2**70)]
 
 @pytest.mark.parametrize("claim_no", OUT_OF_RANGE_CLAIM_NOS, ids=["2**63", "2**64", "2**70", "-1", "-(2**70)"])
 def test_L03_claim_numbers_beyond_64_bits_match_nothing(driver: JobDriver, claim_no: int) -> None:
-    """A token of a running job whose claim_no no store can hold answers as a superseded one,
-    on every verb, and the job and its real token are untouched."""
+    """A token whose claim_no no store can hold answers as superseded; the job is untouched."""
     job = driver.enqueue("a")
     real = claim_one(driver).token
     before = driver.introspect.get(job.id)
@@ -263,7 +262,8 @@ def test_L03_claim_number_of_another_type_matches_nothing(driver: JobDriver, kin
     assert driver.ack(odd) is None
     assert driver.nack(odd, "boom") is None
     got = driver.introspect.get(job.id)
-    assert got is not None and got.state is JobState.RUNNING
+    assert got is not None
+    assert got.state is JobState.RUNNING
     assert driver.heartbeat(real, 60) is True
 
 
