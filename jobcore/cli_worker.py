@@ -26,7 +26,7 @@ from typing import Any
 
 from jobcore.current import connect, set_job_driver
 from jobcore.driver import JobDriver
-from jobcore.errors import ConfigurationError, SchemaOutdated, UrlInvalid
+from jobcore.errors import ClaimQueuesEmpty, ConfigurationError, SchemaOutdated, UrlInvalid
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, Worker
@@ -254,7 +254,23 @@ def run_worker(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(level)
 
 
+def _queues_option(text: str | None) -> str | None:
+    """``--queues`` checked: None when not given (the queues the jobs declare); a value naming
+    no queue ("", spaces, commas) is refused, never taken as every queue."""
+    if text is None:
+        return None
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    if not names:
+        raise ClaimQueuesEmpty(
+            f"--queues {text!r:.40} names no queue",
+            "name the queues to run, e.g. --queues default,mail, or leave --queues out to run "
+            "every queue the jobs declare",
+        )
+    return ",".join(names)
+
+
 def _run_worker(args: argparse.Namespace) -> int:
+    queues_given = _queues_option(args.queues)  # refused before anything is imported or connected
     import_jobs(args.module)
     if not len(default_registry):
         raise ConfigurationError(
@@ -272,7 +288,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         if owned:
             driver.close()
         raise
-    queues = args.queues or ",".join(sorted(default_registry.queues()))
+    queues = queues_given or ",".join(sorted(default_registry.queues()))
     worker = Worker(
         queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,
         strict_starts=args.strict_starts, driver=driver,
