@@ -52,13 +52,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 import pymongo
+import pymongo.common
 from bson.codec_options import CodecOptions
 from pymongo import MongoClient, ReturnDocument, UpdateOne
 from pymongo import errors as pe
@@ -130,6 +131,7 @@ class MongoDriver:
         call_bound = _seconds(call_timeout, "call_timeout")
         connect_bound = _seconds(connect_timeout, "connect_timeout")
         if isinstance(uri_or_client, str):
+            _refuse_unknown_options(uri_or_client)
             try:
                 bounded = _bounded_options(uri_or_client, call_bound, connect_bound)
                 self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc, **bounded)
@@ -820,6 +822,26 @@ def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
 
 
 _OWN_URL_OPTIONS = {"auto_migrate": lambda text: text.lower() in ("1", "true", "yes", "on")}
+
+
+def _refuse_unknown_options(uri: str) -> None:
+    """Refuse a URI option PyMongo does not know (it would only warn, on stderr, and ignore it:
+    ``?sslmode=require`` from a PostgreSQL habit would silently leave TLS off)."""
+    known = getattr(pymongo.common, "VALIDATORS", None)
+    if not isinstance(known, Mapping):
+        return
+    try:
+        query = urlsplit(uri).query.replace(";", "&")
+    except ValueError:
+        return  # the client's own parse refuses it, coded, below
+    unknown = [name for name, _ in parse_qsl(query, keep_blank_values=True) if name.lower() not in known]
+    if unknown:
+        names = ", ".join(repr(redact(name))[:40] for name in unknown[:5])
+        raise UrlInvalid(
+            f"MongoDB URI option {names} is not one PyMongo knows",
+            "use MongoDB connection string options (tls=true, authSource=..., replicaSet=...; see the "
+            "PyMongo documentation) and jobcore's own auto_migrate",
+        )
 
 
 def _own_options(url: str) -> tuple[str, dict[str, Any]]:
