@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -50,7 +51,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.driver import Duration
-from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact
+from jobcore.errors import BackendAuthFailed, BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, stored_job
 
 from . import _schema
@@ -67,6 +68,8 @@ __all__ = ["PostgresDriver", "make_pool"]
 Row = tuple[Any, ...]
 _MAX_HOLDER_RETRIES = 5
 _MS = timedelta(milliseconds=1)
+_FAILURE_CHECK = 0.1
+"""Seconds between looks at a caller's pool's last failed attempt while waiting for a connection."""
 
 
 def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
@@ -398,18 +401,36 @@ class PostgresDriver:
         without waiting.
         """
         for _ in range(64):
-            try:
-                conn: psycopg.Connection[Any] = self._pool.getconn()
-            except PoolTimeout as exc:  # a caller's psycopg_pool: its last attempt says why
-                failure = getattr(getattr(self._pool, "connection_class", None), "last_failure", None)
-                if failure is not None:
-                    raise failure from exc
-                raise
+            conn: psycopg.Connection[Any] = self._getconn()
             if alive(conn):
                 return conn
             conn.close()
             self._pool.putconn(conn)  # the pool discards a closed connection and opens a new one
         raise psycopg.OperationalError("every pooled connection was dead")
+
+    def _getconn(self) -> psycopg.Connection[Any]:
+        """A connection from the pool. A caller's pool from :func:`make_pool` records its last
+        failed attempt: credentials or parameters the server refused end the wait at once
+        (waiting cannot mend them), any other failure (a server restarting) is waited out for
+        the pool's ``timeout``, and a ``PoolTimeout`` then answers the attempt's real cause."""
+        pool = self._pool
+        recorder = getattr(pool, "connection_class", None)
+        if not isinstance(pool, ConnectionPool) or not hasattr(recorder, "last_failure"):
+            return pool.getconn()
+        deadline = time.monotonic() + pool.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn: psycopg.Connection[Any] = pool.getconn(timeout=max(0.001, min(_FAILURE_CHECK, left)))
+            except PoolTimeout as exc:
+                failure = recorder.last_failure  # type: ignore[union-attr]
+                final = left <= _FAILURE_CHECK
+                if failure is not None and (final or isinstance(translate(failure), BackendAuthFailed | UrlInvalid)):
+                    raise failure from exc
+                if final:
+                    raise
+            else:
+                return conn
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -135,15 +135,18 @@ def test_a_missing_password_or_unknown_role_answers_jc_db_auth(
 def test_a_callers_pool_answers_the_real_cause_and_its_log_goes_through_jobcore(
     auth_server: AuthServer, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """make_pool with a wrong password: JC_DB_AUTH (not 'raise the pool size') once the pool's wait
-    ends; psycopg.pool's records reach jobcore's logger, never a handler as psycopg.pool's own."""
+    """make_pool with a wrong password: JC_DB_AUTH (not 'raise the pool size') without waiting out
+    the pool's 10 s; psycopg.pool's records reach jobcore's logger, never a handler as its own."""
     caplog.set_level(logging.DEBUG)
-    pool = make_pool(auth_server.url(password=WRONG), timeout=1.0)
+    pool = make_pool(auth_server.url(password=WRONG), timeout=10.0)
+    started = time.monotonic()
     try:
         error = _refuses(PostgresDriver(pool))
     finally:
         pool.close()
+    took = time.monotonic() - started
     assert isinstance(error, BackendAuthFailed)
+    assert took < 5, took
     assert "raise the pool size" not in error.fix
     assert WRONG not in _shown(error)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
@@ -171,6 +174,23 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_callers_pool_waits_out_a_refused_port_then_names_it() -> None:
+    """make_pool to a refused port (a server restarting, maybe): the pool's own wait is kept,
+    then JC_DB_UNAVAILABLE names the host and port rather than the pool size."""
+    port = _closed_port()
+    pool = make_pool(f"postgresql://app:{PASSWORD}@127.0.0.1:{port}/postgres", timeout=1.0)
+    started = time.monotonic()
+    try:
+        error = _refuses(PostgresDriver(pool))
+    finally:
+        pool.close()
+    took = time.monotonic() - started
+    assert type(error) is BackendUnavailable
+    assert f"PostgreSQL at host 127.0.0.1 port {port} cannot be reached" in error.cause
+    assert "pool size" not in error.fix
+    assert 0.9 < took < 3, took
 
 
 def test_a_refused_port_answers_unavailable_naming_host_and_port_at_once() -> None:
