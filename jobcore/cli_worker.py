@@ -205,7 +205,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
     parser.add_argument("--url", default=os.environ.get("JOBCORE_URL"), help="driver URL (default: $JOBCORE_URL)")
-    parser.add_argument("--queues", default=None, help="comma-separated queues (default: those the jobs declare)")
+    parser.add_argument(
+        "--queues", default=None,
+        help="comma-separated queues (default: those the jobs declare; a value naming no queue is refused)",
+    )
     add_migrate_option(parser, "worker")
     parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
     parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
