@@ -179,6 +179,7 @@ class MongoDriver:
         """
         url, own = _own_options(url)
         options = {**own, **options}
+        _refuse_unknown_options(url)
         try:
             parsed = parse_uri(url)
         except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
