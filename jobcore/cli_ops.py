@@ -25,7 +25,7 @@ from typing import Any
 from jobcore import validate as v
 from jobcore.current import connect
 from jobcore.driver import Introspector, JobDriver
-from jobcore.errors import JobNotCancellable, JobNotFound, NoDriver, OptionInvalid, redact_url
+from jobcore.errors import JobNotCancellable, JobNotFound, NoDriver, OptionInvalid, redact
 from jobcore.records import FINISHED_STATES, LIVE_STATES, BulkResult, Job, JobError, JobFilter, JobState, Stats
 
 __all__ = ["ENV_URL", "job_to_dict", "register"]
@@ -377,7 +377,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     dry = args.dry_run or args.sql
     with _driver(args) as driver:
         done = driver.migrate(dry_run=dry)
-    target = redact_url(args.url or os.environ.get(ENV_URL) or "the given driver")
+    target = redact(args.url or os.environ.get(ENV_URL) or "the given driver")
     if args.sql:
         # A script for a DBA to apply (SQL: one transaction), nothing else on stdout.
         sql = done.language == "sql"

@@ -26,7 +26,7 @@ from typing import Any
 
 from jobcore.current import connect, set_job_driver
 from jobcore.driver import JobDriver
-from jobcore.errors import ConfigurationError, SchemaOutdated, UrlInvalid
+from jobcore.errors import ClaimQueuesEmpty, ConfigurationError, SchemaOutdated, UrlInvalid
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, Worker
@@ -205,7 +205,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
     parser.add_argument("--url", default=os.environ.get("JOBCORE_URL"), help="driver URL (default: $JOBCORE_URL)")
-    parser.add_argument("--queues", default=None, help="comma-separated queues (default: those the jobs declare)")
+    parser.add_argument(
+        "--queues", default=None,
+        help="comma-separated queues (default: those the jobs declare; a value naming no queue is refused)",
+    )
     add_migrate_option(parser, "worker")
     parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
     parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
@@ -254,7 +257,23 @@ def run_worker(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(level)
 
 
+def _queues_option(text: str | None) -> str | None:
+    """``--queues`` checked: None when not given (the queues the jobs declare); a value naming
+    no queue ("", spaces, commas) is refused, never taken as every queue."""
+    if text is None:
+        return None
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    if not names:
+        raise ClaimQueuesEmpty(
+            f"--queues {text!r:.40} names no queue",
+            "name the queues to run, e.g. --queues default,mail, or leave --queues out to run "
+            "every queue the jobs declare",
+        )
+    return ",".join(names)
+
+
 def _run_worker(args: argparse.Namespace) -> int:
+    queues_given = _queues_option(args.queues)  # refused before anything is imported or connected
     import_jobs(args.module)
     if not len(default_registry):
         raise ConfigurationError(
@@ -272,7 +291,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         if owned:
             driver.close()
         raise
-    queues = args.queues or ",".join(sorted(default_registry.queues()))
+    queues = queues_given or ",".join(sorted(default_registry.queues()))
     worker = Worker(
         queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,
         strict_starts=args.strict_starts, driver=driver,

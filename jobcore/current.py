@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobcore.driver import JobDriver
-from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid, redact_url
+from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid, redact
 from jobcore.records import Job
 
 __all__ = ["cancel_job", "connect", "get_job_driver", "set_job_driver", "use_job_driver"]
@@ -42,11 +42,17 @@ def connect(url: str, **options: Any) -> JobDriver:
     entry-point group, naming a class with a ``from_url(url, **options)`` classmethod.
     """
     if not isinstance(url, str) or "://" not in url:
-        raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a driver URL")
+        fix = None
+        if isinstance(url, str) and "=" in url:
+            fix = (
+                "a libpq keyword/value string is not a driver URL: write it as "
+                "postgresql://user:password@host:port/db?option=value (or pass it to PostgresDriver)"
+            )
+        raise UrlInvalid(f"{repr(redact(url))[:80]} is not a driver URL", fix)
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:  # e.g. an unbalanced "[" in the host
-        raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid URL ({exc})") from None
+        raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid URL ({redact(exc)})") from None
     target = _SCHEMES.get(scheme)
     if target is None:
         for ep in entry_points(group=_ENTRY_POINT_GROUP):

@@ -31,6 +31,7 @@ original stays on ``__cause__``.
     │   └── NotSupported                   JC_NOT_SUPPORTED
     ├── BackendError                       the database failed; the original is on __cause__
     │   ├── BackendUnavailable             JC_DB_UNAVAILABLE (connection lost, server down)
+    │   ├── BackendAuthFailed              JC_DB_AUTH (the server refused the credentials)
     │   ├── BackendTimeout                 JC_DB_TIMEOUT (statement or server selection timeout)
     │   ├── SchemaOutdated                 JC_SCHEMA_OUTDATED
     │   └── BackendFailure                 JC_DB_ERROR (anything else)
@@ -45,6 +46,7 @@ import re
 from typing import ClassVar
 
 __all__ = [
+    "BackendAuthFailed",
     "BackendError",
     "BackendFailure",
     "BackendTimeout",
@@ -76,7 +78,9 @@ __all__ = [
     "SchemaOutdated",
     "UrlInvalid",
     "all_error_classes",
+    "redact",
     "redact_url",
+    "secrets_of",
 ]
 
 
@@ -256,6 +260,17 @@ class BackendUnavailable(BackendError):
     default_fix = "check that the database is up and reachable; the call may be retried"
 
 
+class BackendAuthFailed(BackendError):
+    """The server refused the credentials: wrong password, unknown role, or no rule admitting them."""
+
+    code = "JC_DB_AUTH"
+    default_fix = (
+        "check the user name and password in the URL (or PGPASSWORD / ~/.pgpass), that the role exists "
+        "and may log in, and that the server's access rules (pg_hba.conf, MongoDB users) admit it; "
+        "retrying will not help"
+    )
+
+
 class BackendTimeout(BackendError):
     """A statement or server selection timed out."""
 
@@ -307,13 +322,68 @@ def all_error_classes() -> list[type[JobcoreError]]:
     return found
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@?#]*):[^@/?#]*@")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@?#\s]*):[^/?#\s]*@")
+"""``scheme://user:password@``: the password runs to the last ``@`` of the authority."""
+_SECRET_KEY = r"[A-Za-z_]*(?:password|passwd|pwd|secret)[A-Za-z_]*"  # noqa: S105 - names, not a password
+_QUERY_SECRET = re.compile(rf"(?P<key>[?&](?i:{_SECRET_KEY}))=[^&#\s]*")
+"""``?password=...`` or ``&sslpassword=...`` in a URL's query."""
+_KV_SECRET = re.compile(
+    rf"(?<![\w?&%])(?P<key>(?i:{_SECRET_KEY}))(?P<eq>\s*=\s*)(?:'(?:\\.|[^'\\])*(?:'|\\?$)|(?:\\.|[^\s\\])*\\?)"
+)
+"""``password=value`` in a libpq keyword/value string: unquoted (backslash escapes) or quoted."""
+_MECHANISM_SECRET = re.compile(r"(?i)(?P<key>aws_session_token|aws_secret_access_key)(?P<sep>:|%3A)[^,&\s]*")
+"""A secret inside MongoDB's ``authMechanismProperties``."""
+_MASK = "***"
+_MIN_LITERAL = 4
+"""Known secrets shorter than this are masked where they stand as a value, never searched for
+in free text (a password "ab" would otherwise mask every "ab" of a message)."""
+
+
+def secrets_of(conninfo: object) -> tuple[str, ...]:
+    """Every password-like value written in ``conninfo`` (a URL or a keyword/value string),
+    as written and decoded, for :func:`redact` to search for in text that quotes pieces of it
+    (a parser's message naming the token it could not read)."""
+    from urllib.parse import unquote, unquote_plus  # noqa: PLC0415 - rarely needed
+
+    text = str(conninfo)
+    found: list[str] = []
+    for match in _USERINFO.finditer(text):
+        raw = match.group(0)[len(match.group("scheme")) + len(match.group("user")) + 1:-1]
+        found += [raw, unquote(raw)]
+    for match in _QUERY_SECRET.finditer(text):
+        raw = match.group(0).split("=", 1)[1]
+        found += [raw, unquote_plus(raw), unquote(raw)]
+    for match in _KV_SECRET.finditer(text):
+        raw = match.group(0)[len(match.group("key")) + len(match.group("eq")):]
+        inner = raw[1:-1] if raw.startswith("'") and raw.endswith("'") and len(raw) > 1 else raw.lstrip("'")
+        found += [raw, inner, re.sub(r"\\(.)", r"\1", inner)]
+    for match in _MECHANISM_SECRET.finditer(text):
+        raw = match.group(0)[len(match.group("key")) + len(match.group("sep")):]
+        found += [raw, unquote(raw)]
+    return tuple(dict.fromkeys(s for s in found if len(s) >= _MIN_LITERAL))
+
+
+def redact(text: object, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with every password in it masked as ``***``.
+
+    Masks the password of every ``scheme://user:password@`` URL, every ``password=``-like
+    value (``sslpassword``, MongoDB's ``tlsCertificateKeyFilePassword``...) of a URL query or
+    a libpq keyword/value string, quoted or not, secrets in MongoDB's
+    ``authMechanismProperties``, and each of ``secrets`` (see :func:`secrets_of`) wherever it
+    appears. Every error, log line, ``repr`` and CLI line that could quote a connection
+    string goes through here: refusals quote what they were given so the operator can see
+    what was wrong, but a password must never reach a log or a terminal.
+    """
+    out = str(text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= _MIN_LITERAL:
+            out = out.replace(secret, _MASK)
+    out = _USERINFO.sub(rf"\g<scheme>\g<user>:{_MASK}@", out)
+    out = _QUERY_SECRET.sub(rf"\g<key>={_MASK}", out)
+    out = _KV_SECRET.sub(rf"\g<key>\g<eq>{_MASK}", out)
+    return _MECHANISM_SECRET.sub(rf"\g<key>\g<sep>{_MASK}", out)
 
 
 def redact_url(text: object) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` URL in it masked.
-
-    Refusals quote the URL they were given so the operator can see what was wrong,
-    but a password must never reach a log or a terminal through an error message.
-    """
-    return _CREDENTIALS.sub(r"\g<scheme>\g<user>:***@", str(text))
+    """The same as :func:`redact` (its earlier name)."""
+    return redact(text)

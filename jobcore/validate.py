@@ -216,6 +216,20 @@ def check_token(value: object) -> ClaimToken:
     return value
 
 
+MAX_CLAIM_NO = 2**63 - 1
+"""The largest claim number a store holds (a signed 64-bit integer on every driver)."""
+
+
+def token_claim_no(token: ClaimToken) -> int | None:
+    """``token.claim_no`` when a claim could have handed it out (an ``int``, not a ``bool``
+    or a float, from 0 to :data:`MAX_CLAIM_NO`), else None: the token matches no job, and
+    every driver answers it as a superseded one (L03), never with a database error."""
+    claim_no = token.claim_no
+    if type(claim_no) is not int or not 0 <= claim_no <= MAX_CLAIM_NO:
+        return None
+    return claim_no
+
+
 def check_tokens(values: object) -> list[ClaimToken]:
     """A batch of :class:`ClaimToken` (``start``); any other item refuses the whole batch."""
     if isinstance(values, str | bytes | ClaimToken) or not isinstance(values, Iterable):

@@ -230,6 +230,56 @@ def test_L03_token_for_unknown_job(driver: JobDriver) -> None:
     assert driver.nack(token, "x") is None
 
 
+OUT_OF_RANGE_CLAIM_NOS = [2**63, 2**64, 2**70, -1, -(2**70)]
+"""Claim numbers no store holds (beyond a signed 64-bit integer, or negative)."""
+
+
+@pytest.mark.parametrize("claim_no", OUT_OF_RANGE_CLAIM_NOS, ids=["2**63", "2**64", "2**70", "-1", "-(2**70)"])
+def test_L03_claim_numbers_beyond_64_bits_match_nothing(driver: JobDriver, claim_no: int) -> None:
+    """A token whose claim_no no store can hold answers as superseded; the job is untouched."""
+    job = driver.enqueue("a")
+    real = claim_one(driver).token
+    before = driver.introspect.get(job.id)
+    odd = attrs.evolve(real, claim_no=claim_no)
+    assert driver.heartbeat(odd, 60) is False
+    assert driver.ack(odd, {"r": 1}) is None
+    assert driver.nack(odd, "boom") is None
+    assert driver.ack_many([(odd, None)]) == [None]
+    if "deferred_start" in driver.capabilities:
+        assert driver.start([odd]) == [False]  # type: ignore[attr-defined]
+    assert driver.introspect.get(job.id) == before
+    assert driver.ack(real) is not None
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_L03_claim_number_of_another_type_matches_nothing(driver: JobDriver, kind: str) -> None:
+    """A claim_no equal in value to the current one but not an int (True for 1, 1.0) matches nothing."""
+    job = driver.enqueue("a")
+    real = claim_one(driver).token
+    assert real.claim_no == 1
+    odd = attrs.evolve(real, claim_no=True if kind == "bool" else 1.0)
+    assert driver.heartbeat(odd, 60) is False
+    assert driver.ack(odd) is None
+    assert driver.nack(odd, "boom") is None
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.state is JobState.RUNNING
+    assert driver.heartbeat(real, 60) is True
+
+
+@pytest.mark.parametrize("job_id", [str(2**63), str(2**64), str(2**70), "9" * 19, "9" * 40])
+def test_L03_token_ids_beyond_64_bits_match_nothing(driver: JobDriver, job_id: str) -> None:
+    """A token naming an id beyond any store's 64-bit ids answers False/None, never an error."""
+    driver.enqueue("a")
+    real = claim_one(driver).token
+    odd = attrs.evolve(real, job_id=job_id)
+    assert driver.heartbeat(odd, 60) is False
+    assert driver.ack(odd) is None
+    assert driver.nack(odd, "boom") is None
+    assert driver.ack_many([(odd, None)]) == [None]
+    assert driver.heartbeat(real, 60) is True
+
+
 # --- L04 ------------------------------------------------------------------------------
 
 

@@ -728,3 +728,16 @@ def test_O09_malformed_id_is_none(driver: JobDriver, job_id: str) -> None:
     with refused("JC_JOB_NOT_FOUND"):
         driver.introspect.promote(job_id)
     assert driver.introspect.get(job.id) == job
+
+
+@pytest.mark.parametrize("job_id", [str(2**63), str(2**64), str(2**70), "9" * 19, "1" + "0" * 30])
+def test_O09_ids_beyond_64_bits_are_unknown(driver: JobDriver, job_id: str) -> None:
+    """An all-digit id larger than any store's 64-bit ids is an unknown id on every verb."""
+    job = driver.enqueue("a")
+    assert driver.introspect.get(job_id) is None
+    assert driver.introspect.cancel(job_id) is None
+    assert driver.introspect.remove(job_id) is None
+    for verb in (driver.introspect.promote, driver.introspect.requeue, driver.introspect.resume):
+        with refused("JC_JOB_NOT_FOUND"):
+            verb(job_id)
+    assert driver.introspect.get(job.id) == job

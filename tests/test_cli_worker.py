@@ -107,6 +107,36 @@ def test_worker_command_refuses_a_missing_or_empty_module(
     assert "declares no jobs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("queues", ["", " ", ",", " , ,"], ids=["empty", "space", "comma", "commas"])
+def test_worker_command_refuses_queues_naming_no_queue(
+    jobs_file: Path, capsys: pytest.CaptureFixture[str], queues: str
+) -> None:
+    """--queues naming no queue exits 2 with JC_CLAIM_QUEUES_EMPTY; nothing is imported or claimed."""
+    driver = MemoryDriver()
+    job = driver.enqueue("cli.hello", "ada", queue="cli")
+    assert main(["worker", str(jobs_file), "--queues", queues], driver=driver) == 2
+    err = capsys.readouterr().err
+    assert "error JC_CLAIM_QUEUES_EMPTY: --queues" in err
+    assert "fix: name the queues to run" in err
+    assert "started on" not in err
+    assert "cli_jobs" not in sys.modules  # refused before the module was imported
+    assert driver.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
+
+
+def test_worker_command_queues_ignore_blank_names(jobs_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--queues ' cli, ,' runs queue cli alone."""
+    driver = MemoryDriver()
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(main(
+        ["worker", str(jobs_file), "--queues", " cli, ,", "--poll-interval", "0.05"], driver=driver,
+    )))
+    runner.start()
+    driver.enqueue("cli.hello", "stop", queue="cli")
+    runner.join(5)
+    assert codes == [0]
+    assert "started on cli (" in capsys.readouterr().err
+
+
 def test_demo_runs_to_completion_and_checks_itself(capsys: pytest.CaptureFixture[str]) -> None:
     """A small demo run on the memory driver finishes, prints the table, and passes its own checks."""
     assert main(["demo", "--jobs", "200", "--workers", "2", "--seconds", "30", "--seed", "1"]) == 0

@@ -35,7 +35,7 @@ from jobcore.errors import (
     JobNotResumable,
     OptionInvalid,
     UrlInvalid,
-    redact_url,
+    redact,
 )
 from jobcore.records import (
     FINISHED_STATES,
@@ -169,7 +169,7 @@ class MemoryDriver:
     def from_url(cls, url: str, **options: Any) -> MemoryDriver:
         """Build from ``memory://`` (the URL carries nothing else)."""
         if url.rstrip("/") != "memory:":
-            raise UrlInvalid(f"{redact_url(repr(url))} carries options the memory driver does not take", "use memory://")
+            raise UrlInvalid(f"{redact(url)!r} carries options the memory driver does not take", "use memory://")
         return cls(**options)
 
     # -- internals (call with the lock held) -------------------------------------------
@@ -211,7 +211,7 @@ class MemoryDriver:
     def _current(self, token: ClaimToken) -> _Row | None:
         """The row ``token`` still holds, or None (L02, L03)."""
         seq = _seq_of(token.job_id)
-        row = None if seq is None else self._rows.get(seq)
+        row = None if seq is None or v.token_claim_no(token) is None else self._rows.get(seq)
         if (
             row is None
             or row.state is not RUNNING

@@ -52,13 +52,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 import pymongo
+import pymongo.common
 from bson.codec_options import CodecOptions
 from pymongo import MongoClient, ReturnDocument, UpdateOne
 from pymongo import errors as pe
@@ -69,7 +70,7 @@ from pymongo.uri_parser import parse_uri
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
-from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
+from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, started_job
 
 from . import _docs as d
@@ -130,12 +131,13 @@ class MongoDriver:
         call_bound = _seconds(call_timeout, "call_timeout")
         connect_bound = _seconds(connect_timeout, "connect_timeout")
         if isinstance(uri_or_client, str):
+            _refuse_unknown_options(uri_or_client)
             try:
                 bounded = _bounded_options(uri_or_client, call_bound, connect_bound)
                 self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc, **bounded)
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
                 raise UrlInvalid(
-                    f"{redact_url(repr(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact_url(exc)})"
+                    f"{repr(redact(uri_or_client))[:80]} is not a MongoDB URI pymongo accepts ({redact(exc)})"
                 ) from exc
             self._owns_client = True
             self._uri: str | None = uri_or_client
@@ -177,10 +179,11 @@ class MongoDriver:
         """
         url, own = _own_options(url)
         options = {**own, **options}
+        _refuse_unknown_options(url)
         try:
             parsed = parse_uri(url)
         except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
-            raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid mongodb:// URL ({redact_url(exc)})") from exc
+            raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid mongodb:// URL ({redact(exc)})") from exc
         if parsed.get("database") and "database" not in options:
             options["database"] = parsed["database"]
         return cls(url, **options)
@@ -786,9 +789,10 @@ def _claimed(doc: Doc, now: datetime) -> Claimed:
 def _fence(token: ClaimToken) -> Doc | None:
     """The filter matching the job only while ``token`` is current (L01-L03)."""
     seq = d.parse_id(token.job_id)
-    if seq is None or not isinstance(token.claim_no, int) or not isinstance(token.worker_id, str):
+    claim_no = v.token_claim_no(token)  # beyond 64 bits BSON cannot even encode it: no job has it
+    if seq is None or claim_no is None or not isinstance(token.worker_id, str):
         return None
-    return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": token.claim_no}
+    return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": claim_no}
 
 
 def _ack_stages(text: str | None, now: datetime, mark: str | None = None) -> list[Doc]:
@@ -819,6 +823,26 @@ def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
 
 
 _OWN_URL_OPTIONS = {"auto_migrate": lambda text: text.lower() in ("1", "true", "yes", "on")}
+
+
+def _refuse_unknown_options(uri: str) -> None:
+    """Refuse a URI option PyMongo does not know (it would only warn, on stderr, and ignore it:
+    ``?sslmode=require`` from a PostgreSQL habit would silently leave TLS off)."""
+    known = getattr(pymongo.common, "VALIDATORS", None)
+    if not isinstance(known, Mapping):
+        return
+    try:
+        query = urlsplit(uri).query.replace(";", "&")
+    except ValueError:
+        return  # the client's own parse refuses it, coded, below
+    unknown = [name for name, _ in parse_qsl(query, keep_blank_values=True) if name.lower() not in known]
+    if unknown:
+        names = ", ".join(repr(redact(name))[:40] for name in unknown[:5])
+        raise UrlInvalid(
+            f"MongoDB URI option {names} is not one PyMongo knows",
+            "use MongoDB connection string options (tls=true, authSource=..., replicaSet=...; see the "
+            "PyMongo documentation) and jobcore's own auto_migrate",
+        )
 
 
 def _own_options(url: str) -> tuple[str, dict[str, Any]]:

@@ -1,8 +1,10 @@
 """The one place pymongo errors become coded jobcore errors, and where every call gets its time bound.
 
 Every public method of the MongoDB driver runs inside :func:`translated`, so a caller
-never sees a raw pymongo exception: a lost connection or a server that cannot be
-reached is :class:`~jobcore.errors.BackendUnavailable`, a call that ran out of time
+never sees a raw pymongo exception: credentials the server refused (``OperationFailure``
+code 18, AuthenticationFailed; code 13 for a server that requires credentials none were
+given for) are :class:`~jobcore.errors.BackendAuthFailed`, a lost connection or a server
+that cannot be reached is :class:`~jobcore.errors.BackendUnavailable`, a call that ran out of time
 :class:`~jobcore.errors.BackendTimeout`, anything else
 :class:`~jobcore.errors.BackendFailure`. Errors jobcore raises itself pass through.
 
@@ -25,7 +27,7 @@ import attrs
 import pymongo
 from pymongo import errors as pe
 
-from jobcore.errors import BackendError, BackendFailure, BackendTimeout, BackendUnavailable
+from jobcore.errors import BackendAuthFailed, BackendError, BackendFailure, BackendTimeout, BackendUnavailable, redact
 
 __all__ = ["Bounds", "translate", "translated"]
 
@@ -59,6 +61,10 @@ class Bounds:
 _UNBOUNDED = Bounds(call=None, select=30.0, connect=20.0)  # pymongo's own defaults
 
 
+_AUTHENTICATION_FAILED = 18
+_UNAUTHORIZED = 13
+
+
 def _unavailable_fix(bounds: Bounds) -> str:
     return (
         "check that the MongoDB server is up and reachable from this host; the call may be retried "
@@ -75,7 +81,17 @@ def translate(exc: pe.PyMongoError, what: str, bounds: Bounds = _UNBOUNDED) -> B
     operation that ran out of time (``exc.timeout``: a network timeout, the call's
     deadline, ``maxTimeMS`` on the server) is a timeout.
     """
-    detail = f"{type(exc).__name__}: {str(exc)[:200]}"
+    detail = redact(f"{type(exc).__name__}: {str(exc)[:200]}")
+    if isinstance(exc, pe.OperationFailure) and (
+        exc.code == _AUTHENTICATION_FAILED or (exc.code == _UNAUTHORIZED and "requires authentication" in str(exc))
+    ):
+        given = "refused the credentials" if exc.code == _AUTHENTICATION_FAILED else "requires credentials"
+        return BackendAuthFailed(
+            f"MongoDB {given} during {what} ({detail})",
+            "check the user name, password and authSource (the database holding the user, default "
+            "the URI's database or admin) in the URI, and that the user exists with a role on the "
+            "database; retrying will not help",
+        )
     if isinstance(exc, pe.ServerSelectionTimeoutError):
         return BackendUnavailable(
             f"no MongoDB server could be used for {what} in time ({bounds.describe()}; {detail})",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -45,16 +46,16 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.driver import Duration
-from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact_url
+from jobcore.errors import BackendAuthFailed, BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, stored_job
 
 from . import _schema
-from ._errors import translate, translated
+from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
 from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, bounded, connect_kwargs
@@ -67,12 +68,14 @@ __all__ = ["PostgresDriver", "make_pool"]
 Row = tuple[Any, ...]
 _MAX_HOLDER_RETRIES = 5
 _MS = timedelta(milliseconds=1)
+_FAILURE_CHECK = 0.1
+"""Seconds between looks at a caller's pool's last failed attempt while waiting for a connection."""
 
 
 def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
     """``(id, worker_id, claim_no)`` as the row holds them, or None for a token no row can match."""
-    job_id, worker, claim_no = token.job_id, token.worker_id, token.claim_no
-    if isinstance(claim_no, bool) or not isinstance(claim_no, int) or not 0 <= claim_no < 2**63:
+    job_id, worker, claim_no = token.job_id, token.worker_id, v.token_claim_no(token)
+    if claim_no is None:
         return None
     ident = parse_id(job_id) if isinstance(job_id, str) else None
     if ident is None or not isinstance(worker, str):
@@ -130,12 +133,21 @@ def make_pool(
     of ``call_timeout``; a statement running longer is cancelled by the server and surfaces
     as ``JC_DB_TIMEOUT``. ``connect_timeout`` defaults to 5 s unless ``conninfo`` or
     ``kwargs`` name one. Other ``kwargs`` go to every connection (psycopg's keywords).
+
+    A malformed ``conninfo`` is refused at once (``JC_URL_INVALID``). The pool's own log
+    records (its failed connection attempts) go through jobcore's logger
+    ``jobcore.drivers.postgres``, passwords masked, repeats at DEBUG; a call that finds no
+    connection within ``timeout`` answers the last attempt's real cause (``JC_DB_AUTH`` for
+    refused credentials, ``JC_DB_UNAVAILABLE`` naming the host and port).
     """
     statement, call = _timeouts(statement_timeout, call_timeout)
     connect = connect_kwargs(conninfo, statement_timeout=statement, call_timeout=call, **kwargs)
+    route_pool_logging()
+    # A class of its own, so this pool's last failed attempt is its own (BoundedConnection.last_failure).
+    connection_class = type("JobcoreConnection", (BoundedConnection,), {"last_failure": None})
     return ConnectionPool(
         conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
-        connection_class=BoundedConnection,
+        connection_class=connection_class,
     )
 
 
@@ -269,7 +281,7 @@ class PostgresDriver:
         try:
             parts = urlsplit(url)
         except ValueError as exc:  # e.g. an unbalanced "[" in the host
-            raise UrlInvalid(f"{redact_url(repr(url))[:80]} is not a valid URL ({exc})") from None
+            raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid URL ({redact(exc)})") from None
         if parts.scheme not in ("postgresql", "postgres"):
             raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
         taken: dict[str, Any] = {}
@@ -279,7 +291,7 @@ class PostgresDriver:
                 try:
                     taken[name] = _URL_OPTIONS[name](value)
                 except ValueError:
-                    raise UrlInvalid(f"URL option {name}={value!r:.40} is not valid") from None
+                    raise UrlInvalid(f"URL option {name}={redact(value)!r:.40} is not valid") from None
             else:
                 rest.append((name, value))
         conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
@@ -364,7 +376,7 @@ class PostgresDriver:
             except psycopg.Error as exc:
                 # No connection to be had (refused, connect_timeout, a full pool): trying again
                 # at once would only wait as long again.
-                raise translate(exc, self.schema) from exc
+                raise translate(exc, self.schema) from origin(exc)
             try:
                 if pooled.autocommit:
                     cur = pooled.execute(query, params)
@@ -376,7 +388,7 @@ class PostgresDriver:
                 error = translate(exc, self.schema)
                 if retry and attempt == 1 and isinstance(error, BackendUnavailable):  # lost mid-call
                     continue
-                raise error from exc
+                raise error from origin(exc)
             finally:
                 self._pool.putconn(pooled)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -389,12 +401,36 @@ class PostgresDriver:
         without waiting.
         """
         for _ in range(64):
-            conn: psycopg.Connection[Any] = self._pool.getconn()
+            conn: psycopg.Connection[Any] = self._getconn()
             if alive(conn):
                 return conn
             conn.close()
             self._pool.putconn(conn)  # the pool discards a closed connection and opens a new one
         raise psycopg.OperationalError("every pooled connection was dead")
+
+    def _getconn(self) -> psycopg.Connection[Any]:
+        """A connection from the pool. A caller's pool from :func:`make_pool` records its last
+        failed attempt: credentials or parameters the server refused end the wait at once
+        (waiting cannot mend them), any other failure (a server restarting) is waited out for
+        the pool's ``timeout``, and a ``PoolTimeout`` then answers the attempt's real cause."""
+        pool = self._pool
+        recorder = getattr(pool, "connection_class", None)
+        if not isinstance(pool, ConnectionPool) or not hasattr(recorder, "last_failure"):
+            return pool.getconn()
+        deadline = time.monotonic() + pool.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn: psycopg.Connection[Any] = pool.getconn(timeout=max(0.001, min(_FAILURE_CHECK, left)))
+            except PoolTimeout as exc:
+                failure = recorder.last_failure  # type: ignore[union-attr]
+                final = left <= _FAILURE_CHECK
+                if failure is not None and (final or isinstance(translate(failure), BackendAuthFailed | UrlInvalid)):
+                    raise failure from exc
+                if final:
+                    raise
+            else:
+                return conn
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -5,8 +5,13 @@ a raw psycopg exception; the original stays on ``__cause__``:
 
 * a cancelled statement (``statement_timeout``, ``lock_timeout``) -> ``BackendTimeout``;
 * a statement with no answer within ``call_timeout`` (the connection was closed) -> ``BackendTimeout``;
-* a lost or refused connection, a connection not made within ``connect_timeout``, a server
-  starting up or shutting down, an exhausted pool -> ``BackendUnavailable``;
+* credentials the server refused (wrong or missing password, unknown role, no
+  ``pg_hba.conf`` line admitting them) -> ``BackendAuthFailed`` (``JC_DB_AUTH``), at once;
+* a refused or unreachable host, a connection not made within ``connect_timeout``, a lost
+  connection, a server starting up or shutting down, an exhausted pool ->
+  ``BackendUnavailable``, naming the host and port it tried;
+* connection parameters libpq refuses when connecting -> ``UrlInvalid`` (most are refused
+  earlier, by :func:`._pool.check_conninfo`, before any connection is tried);
 * a missing table or schema -> ``SchemaOutdated`` (run ``jobcore migrate``);
 * a deadlock or serialization failure (rolled back, nothing written) -> ``BackendFailure``;
 * a missing privilege -> ``BackendFailure`` naming the grants (docs/deploy.md);
@@ -16,6 +21,8 @@ a raw psycopg exception; the original stays on ``__cause__``:
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Iterator
 
 import psycopg
@@ -23,25 +30,77 @@ import psycopg_pool
 from psycopg import errors as pg
 
 from jobcore.errors import (
-    BackendError,
+    BackendAuthFailed,
     BackendFailure,
     BackendTimeout,
     BackendUnavailable,
+    JobcoreError,
     SchemaOutdated,
+    UrlInvalid,
+    redact,
 )
 
-from ._pool import CallTimeout
+from ._pool import CallTimeout, ConnectFailed
 
-__all__ = ["translate", "translated"]
+__all__ = ["origin", "route_pool_logging", "translate", "translated"]
+
+_AUTH = re.compile(
+    r"authentication failed|fe_sendauth|no password supplied|no pg_hba\.conf entry|"
+    r"role \S+ does not exist|not permitted to log in|SCRAM|password is required|"
+    r"server did not complete authentication|too many connections for role",
+    re.IGNORECASE,
+)
+"""What libpq or the server says when it refuses the credentials (a failed connection
+carries no SQLSTATE; these are the server's and libpq's messages, in English)."""
+_BAD_PARAMETER = re.compile(r"^connection is bad: (invalid|could not match|unrecognized)|could not match \d+ port")
+"""libpq refusing a connection parameter's value before any network traffic."""
+_UNREACHABLE_FIX = (
+    "check that PostgreSQL is running at that host and port and accepts TCP connections from this "
+    "host (listen_addresses, firewall), and the host and port in the URL; the call may be retried"
+)
 
 _NOT_NOW = ("the database system is starting up", "the database system is shutting down")
 """What a refused connection says while the server starts or stops (SQLSTATE 57P03, which a
 failed connection attempt does not carry)."""
 
 
-def translate(exc: BaseException, schema: str = "") -> BackendError:
-    """The coded jobcore error for a psycopg (or pool) exception."""
-    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+def _connect_failure(exc: ConnectFailed, text: str) -> JobcoreError:
+    """The coded error for a connection that could not be opened, naming where it tried."""
+    where = f"PostgreSQL at {exc.target}"
+    role = f" as role {exc.user!r}" if exc.user else ""
+    if _BAD_PARAMETER.search(text):
+        return UrlInvalid(f"libpq refused the connection parameters: {text}")
+    if _AUTH.search(text):
+        return BackendAuthFailed(f"{where} refused the credentials{role}: {text}")
+    if isinstance(exc.original, pg.ConnectionTimeout):
+        bound = "" if exc.connect_timeout is None else f"={exc.connect_timeout:g}s"
+        return BackendUnavailable(
+            f"no connection to {where} within connect_timeout{bound} (no answer: a host that is down, "
+            f"or a firewall dropping packets): {text}",
+            f"{_UNREACHABLE_FIX}, or raise connect_timeout in the URL (seconds)",
+        )
+    if any(s in text for s in _NOT_NOW):
+        return BackendUnavailable(
+            f"{where} is starting up or shutting down: {text}", "retry shortly; the call may be retried"
+        )
+    if "does not exist" in text:  # the database named in the URL
+        return BackendUnavailable(
+            f"{where} has no such database: {text}", "check the database name in the URL (dbname)"
+        )
+    return BackendUnavailable(f"{where} cannot be reached{role}: {text}", _UNREACHABLE_FIX)
+
+
+def origin(exc: BaseException) -> BaseException:
+    """What a translated error keeps on ``__cause__``: psycopg's own exception."""
+    return exc.original if isinstance(exc, ConnectFailed) and exc.original is not None else exc
+
+
+def translate(exc: BaseException, schema: str = "") -> JobcoreError:
+    """The coded jobcore error for a psycopg (or pool) exception; passwords masked."""
+    secrets = exc.secrets if isinstance(exc, ConnectFailed) else ()
+    text = redact(" ".join(str(exc).split())[:300], secrets) or type(exc).__name__
+    if isinstance(exc, ConnectFailed):
+        return _connect_failure(exc, text)
     if isinstance(exc, CallTimeout):
         return BackendTimeout(
             f"no answer from the database within call_timeout={exc.bound:g}s (a stalled connection or an "
@@ -76,6 +135,8 @@ def translate(exc: BaseException, schema: str = "") -> BackendError:
             f"the database rolled the statement back: {text}", "retry the call; nothing of it was written"
         )
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        if _AUTH.search(text) and text.startswith("connection failed"):  # a caller's own connection
+            return BackendAuthFailed(f"the database refused the credentials: {text}")
         return BackendUnavailable(f"the database connection failed: {text}")
     if isinstance(exc, pg.InsufficientPrivilege):
         return BackendFailure(
@@ -86,10 +147,38 @@ def translate(exc: BaseException, schema: str = "") -> BackendError:
     return BackendFailure(f"the database refused the statement: {type(exc).__name__}: {text}")
 
 
+class _PoolLogRoute(logging.Filter):
+    """Re-logs ``psycopg.pool``'s records through jobcore's logger, passwords masked: the
+    first of a run of identical messages at its level, the repeats at DEBUG; the original
+    record is dropped (so no raw third-party line reaches a CLI's stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = redact(record.getMessage())
+        level = record.levelno if message != self.last else logging.DEBUG
+        self.last = message
+        _log.log(level, "connection pool: %s", message)
+        return False
+
+
+_log = logging.getLogger("jobcore.drivers.postgres")
+_route = _PoolLogRoute()
+
+
+def route_pool_logging() -> None:
+    """Send ``psycopg.pool``'s log records through ``jobcore.drivers.postgres`` (idempotent)."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if _route not in pool_log.filters:
+        pool_log.addFilter(_route)
+
+
 @contextlib.contextmanager
 def translated(schema: str = "") -> Iterator[None]:
     """Run the block, turning any psycopg error into its jobcore error (original on ``__cause__``)."""
     try:
         yield
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-        raise translate(exc, schema) from exc
+        raise translate(exc, schema) from origin(exc)

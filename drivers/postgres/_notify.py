@@ -27,6 +27,8 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from jobcore.errors import redact
+
 from ._pool import BoundedConnection
 
 __all__ = ["PROBE_AFTER", "Listener", "channel_for"]
@@ -108,7 +110,7 @@ class Listener:
                 if self._stop.is_set():
                     break
                 if self._conn is not None:  # once per lost connection, not per failed reconnect
-                    log.warning("jobcore listener lost its connection (%s); reconnecting", exc)
+                    log.warning("jobcore listener lost its connection (%s); reconnecting", redact(exc))
                 lost = True
                 self._ready.set()
                 self._stop.wait(delay)

@@ -21,17 +21,20 @@ reconnect loop, no backoff), idle ones handed out last-used first and closed aft
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import psycopg
 from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolClosed, PoolTimeout
+
+from jobcore.errors import UrlInvalid, redact, secrets_of
 
 __all__ = [
     "CLOCK_READ_TIMEOUT",
@@ -39,10 +42,13 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "BoundedConnection",
     "CallTimeout",
+    "ConnectFailed",
     "Pool",
     "alive",
     "bounded",
+    "check_conninfo",
     "connect_kwargs",
+    "describe_target",
 ]
 
 RV = TypeVar("RV")
@@ -69,6 +75,40 @@ class CallTimeout(psycopg.OperationalError):
     bound: float = 0.0
 
 
+class ConnectFailed(psycopg.OperationalError):
+    """Opening a connection failed; carries where it tried (:attr:`target`), the role it
+    tried as, the ``connect_timeout`` it had, and the secrets to mask in any text about it.
+    The psycopg error is on ``__cause__``."""
+
+    target: str = "the database"
+    user: str = ""
+    connect_timeout: float | None = None
+    secrets: tuple[str, ...] = ()
+    original: psycopg.Error | None = None
+
+    @classmethod
+    def wrap(cls, exc: psycopg.Error, conninfo: str, kwargs: Mapping[str, Any]) -> ConnectFailed:
+        secrets = secrets_of(conninfo)
+        error = cls(redact(str(exc), secrets))
+        try:
+            params = conninfo_to_dict(conninfo, **{k: v for k, v in kwargs.items() if k in _LIBPQ_KWARGS})
+        except psycopg.Error:
+            params = {}
+        error.target = describe_target(params)
+        error.user = str(params.get("user") or os.environ.get("PGUSER") or "")
+        timeout = params.get("connect_timeout")
+        try:
+            error.connect_timeout = None if timeout is None else float(timeout)
+        except (TypeError, ValueError):
+            error.connect_timeout = None
+        error.secrets = tuple({*secrets, *(str(params[k]) for k in ("password", "sslpassword") if params.get(k))})
+        error.original = exc
+        return error
+
+
+_LIBPQ_KWARGS = frozenset({"connect_timeout", "options", "password", "user", "host", "port", "dbname"})
+
+
 class BoundedConnection(psycopg.Connection[Any]):
     """A connection whose every wait for the server is bounded by :attr:`call_timeout`.
 
@@ -83,9 +123,20 @@ class BoundedConnection(psycopg.Connection[Any]):
     def connect(  # type: ignore[override]  # one more keyword than psycopg's
         cls, conninfo: str = "", *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT, **kwargs: Any,
     ) -> BoundedConnection:
-        conn = super().connect(conninfo, **kwargs)
+        """Connect as psycopg does; a failure raises :class:`ConnectFailed` naming the target."""
+        try:
+            conn = super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError as exc:
+            failed = ConnectFailed.wrap(exc, conninfo, kwargs)
+            cls.last_failure = failed
+            raise failed from exc
+        cls.last_failure = None
         conn.call_timeout = call_timeout
         return conn
+
+    last_failure: ClassVar[ConnectFailed | None] = None
+    """The last connection attempt's failure (None once one succeeded), for a caller's
+    ``psycopg_pool`` pool whose ``PoolTimeout`` would otherwise hide it (see ``make_pool``)."""
 
     def wait(self, gen: PQGen[RV], interval: float = _WAIT_INTERVAL, timeout: float | None = None) -> RV:
         bound = self.call_timeout
@@ -135,7 +186,7 @@ def connect_kwargs(
     )
     if server is not None:
         options += f" -c statement_timeout={_millis(server)}"
-    params = conninfo_to_dict(conninfo)
+    params = check_conninfo(conninfo)
     given = params.get("options")  # keep the caller's own -c settings too (later ones win)
     if given:
         options = f"{options} {given}"
@@ -146,6 +197,88 @@ def connect_kwargs(
     if params.get("connect_timeout") is None:
         kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
     return {**kwargs, **extra}
+
+
+_CHOICES: Final[dict[str, frozenset[str]]] = {
+    "sslmode": frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}),
+    "gssencmode": frozenset({"disable", "prefer", "require"}),
+    "channel_binding": frozenset({"disable", "prefer", "require"}),
+    "target_session_attrs": frozenset({"any", "read-write", "read-only", "primary", "standby", "prefer-standby"}),
+    "load_balance_hosts": frozenset({"disable", "random"}),
+    "sslnegotiation": frozenset({"postgres", "direct"}),
+    "sslcertmode": frozenset({"disable", "allow", "require"}),
+}
+"""libpq options taking one of a few words, and those words (libpq checks them only when connecting)."""
+_INTEGERS: Final = frozenset({
+    "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+    "tcp_user_timeout", "sslcompression",
+})
+_URL_FIX: Final = (
+    "write a libpq URL or keyword/value string (postgresql://user@host:5432/db?sslmode=require; "
+    "see the libpq connection parameters) with jobcore's own options (schema, auto_migrate, "
+    "call_timeout, statement_timeout, pool_min, pool_max, default_max_attempts)"
+)
+
+
+def _split(value: object) -> list[str]:
+    return [] if value is None else str(value).split(",")
+
+
+def check_conninfo(conninfo: str, **kwargs: Any) -> dict[str, Any]:
+    """The libpq parameters of ``conninfo`` (and psycopg's ``kwargs``), checked the way libpq
+    checks them when it connects (port numbers, the word-valued options, integers, one port
+    per host), so a malformed one is refused before any connection is tried.
+
+    Raises:
+        UrlInvalid: ``JC_URL_INVALID``, naming the parameter, passwords masked.
+    """
+    secrets = secrets_of(conninfo)
+    try:
+        params = conninfo_to_dict(conninfo, **kwargs)
+    except psycopg.Error as exc:
+        reason = redact(" ".join(str(exc).split()), secrets)
+        raise UrlInvalid(f"the PostgreSQL connection string is not valid: {reason}", _URL_FIX) from None
+    ports = _split(params.get("port"))
+    for port in ports:
+        text = port.strip()
+        if text and not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+            raise UrlInvalid(
+                f"port {redact(port, secrets)!r:.40} is not a port number (1-65535)", _URL_FIX
+            )
+    hosts = _split(params.get("host")) or _split(params.get("hostaddr"))
+    if len(ports) > 1 and len(ports) != max(1, len(hosts)):
+        raise UrlInvalid(f"{len(ports)} ports given for {max(1, len(hosts))} hosts", "give one port, or one per host")
+    for name, words in _CHOICES.items():
+        value = params.get(name)
+        if value is not None and str(value) not in words:
+            raise UrlInvalid(
+                f"{name}={redact(value, secrets)!r:.40} is not a value libpq takes (one of {', '.join(sorted(words))})",
+                _URL_FIX,
+            )
+    for name in _INTEGERS:
+        value = params.get(name)
+        if value is not None and not str(value).strip().lstrip("-").isdigit():
+            raise UrlInvalid(f"{name}={redact(value, secrets)!r:.40} is not an integer", _URL_FIX)
+    return params
+
+
+def describe_target(params: Mapping[str, Any]) -> str:
+    """Where a connection with ``params`` goes: ``host 127.0.0.1 port 5432`` (libpq's defaults
+    and ``PGHOST``/``PGPORT`` filled in; a Unix socket directory named as such)."""
+    hosts = _split(params.get("host") or os.environ.get("PGHOST")) or _split(params.get("hostaddr")) or [""]
+    ports = _split(params.get("port") or os.environ.get("PGPORT")) or ["5432"]
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    spots = []
+    for host, given in zip(hosts, ports, strict=False):
+        port = given.strip() or "5432"
+        if not host:
+            spots.append(f"the local socket (port {port})")
+        elif host.startswith("/"):
+            spots.append(f"socket directory {host} (port {port})")
+        else:
+            spots.append(f"host {host} port {port}")
+    return " or ".join(spots)
 
 
 def alive(conn: psycopg.Connection[Any]) -> bool:
