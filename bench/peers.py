@@ -69,6 +69,8 @@ PEER_PINS = (
     "psycopg[binary]==3.3.9",  # the same C build of psycopg jobcore runs with
     "psycopg-pool==3.3.3",
     "typer==0.28.0",  # pgqueuer 1.6.0's `pgq run` fails under typer 0.29 (its --log-level arrives as a str)
+    "saq[postgres]==0.26.4",
+    "chancy==0.26.0",
 )
 """What the peers' virtualenv holds: the peers and the drivers their docs recommend."""
 
