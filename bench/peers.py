@@ -1,14 +1,22 @@
-"""jobcore against the other Python PostgreSQL queues, Procrastinate and PGQueuer (a script, not a test).
+"""jobcore against every Python PostgreSQL queue, and against the server's own limit (a script, not a test).
 
     .venv/bin/python bench/peers.py [--jobs N] [--runs R] [--quick] [--no-write] [--systems a,b]
+
+The peers: Procrastinate, PGQueuer, oban-py, SAQ (its PostgreSQL queue) and Chancy. The
+"limit" is no queue: the same drains done by a bare loop of batch-claim and batch-ack SQL on
+jobcore's schema with the same fencing (:func:`limit_worker`), so the table shows jobcore
+as a share of what the server allows on this machine.
 
 What it does, in one run:
 
 1. starts its own throwaway PostgreSQL from the local binaries (``fixtures/postgres.py``'s
    ``LocalServer``, with ``pg_stat_statements`` preloaded), one database per system;
 2. installs the peers at the pinned versions (:data:`PEER_PINS`) into a separate virtualenv
-   (``~/.cache/jobcore-bench/peers-venv``, or ``$JOBCORE_BENCH_VENV``), never into the
-   project's; peer workers and peer enqueuers run from that venv, jobcore's from this one;
+   (``~/.cache/jobcore-bench/peers-venv``, or ``$JOBCORE_BENCH_VENV``), and oban-py, which
+   needs Python 3.12 or newer, into another (:data:`OBAN_PINS`,
+   ``~/.cache/jobcore-bench/oban-venv``, built from ``--oban-python`` or the first Python
+   3.12+ found under pyenv or on PATH), never into the project's; peer workers and peer
+   enqueuers run from those, jobcore's and the limit's from this one;
 3. for each of ``--runs`` rounds, phase by phase, and for each system in an order that
    rotates every round:
 
@@ -21,19 +29,22 @@ What it does, in one run:
      every job is checked to have ended done,
    * enqueue-to-start latency: one idle worker waits, jobs are enqueued one by one about
      25 ms apart, each carrying its enqueue wall time, and the handler records its start;
-   * client CPU (the worker processes, from ``/proc``), server CPU (the postgres processes,
-     the harness's own backends left out) and statements per job (``pg_stat_statements``,
-     the workers' role only) over each drain;
+   * client CPU (the worker processes and their children, from ``/proc``), server CPU (the
+     postgres processes, the harness's own backends left out) and statements per job
+     (``pg_stat_statements``, the workers' role only) over each drain;
 
 4. prints one table (medians over the rounds; latency percentiles over all samples pooled)
-   with jobcore's ratio to the better peer on each row, PASS/FAIL for the goals, and
-   writes it into ``docs/benchmarks.md`` between ``<!-- peers:start -->`` and
-   ``<!-- peers:end -->`` (not with ``--quick`` or ``--no-write``).
+   with jobcore's ratio to the fastest peer on each row and its share of the limit, the
+   same ratios run by run, PASS/FAIL for the goals, and writes it into
+   ``docs/benchmarks.md`` between ``<!-- peers:start -->`` and ``<!-- peers:end -->`` (not
+   with ``--quick`` or ``--no-write``).
 
 The module doubles as the peers' application module (``procrastinate --app
-peers.procrastinate_app``, ``pgq run peers:pgqueuer_factory``, ``jobcore worker
-bench/peers.py``) and as the enqueue agent each system's interpreter runs
-(``--agent SYSTEM ACTION``), so its top level imports the standard library only.
+peers.procrastinate_app``, ``pgq run peers:pgqueuer_factory``, oban-py's worker class
+``peers.ObanNoop``, ``saq peers.saq_settings``, ``chancy --app peers.chancy_app``,
+``jobcore worker bench/peers.py``), as the enqueue agent each system's interpreter runs
+(``--agent SYSTEM ACTION``) and as the limit's worker (``--limit-worker URL``), so its top
+level imports the standard library only.
 """
 
 from __future__ import annotations
@@ -70,7 +81,7 @@ PEER_PINS = (
     "psycopg-pool==3.3.3",
     "typer==0.28.0",  # pgqueuer 1.6.0's `pgq run` fails under typer 0.29 (its --log-level arrives as a str)
     "saq[postgres]==0.26.4",
-    "chancy==0.26.0",
+    "chancy[cli]==0.26.0",  # the cli extra brings click, for the `chancy` command
 )
 """What the peers' virtualenv holds: the peers and the drivers their docs recommend."""
 
@@ -84,6 +95,10 @@ LIMIT = "limit"
 """Not a queue: a bare loop of batch-claim and batch-ack SQL on jobcore's schema, with the
 same fencing (:func:`limit_worker`), drains only. What the server allows on this machine."""
 LIMIT_BATCH = 100
+SLOW = ("saq", "chancy")
+"""Peers whose drains run one to two orders of magnitude below the others: they drain
+``--slow-jobs`` jobs (default 2,000) instead of ``--jobs``, so a full run fits in half an hour.
+Timing starts with every worker already waiting, so a drain's rate does not depend on N."""
 BASE = "jobcore_base"
 """With ``--baseline PYTHON``: jobcore as that interpreter has it installed (an older tree),
 measured beside this one in the same run, so a change's cost shows as a ratio."""
@@ -354,7 +369,9 @@ async def _agent_chancy(action: str, count: int, extra: float) -> dict[str, Any]
     async with app:
         if action == "setup":
             await app.migrate()
-            await app.declare(Queue("default"))  # Chancy's defaults for a queue
+            # Chancy's defaults for a queue but one: eager polling. By default a queue polls every
+            # 5 s for at most its concurrency (the CPU count: 2 here), 0.4 jobs/s, whatever waits.
+            await app.declare(Queue("default", eager_polling=True))
             return {"seconds": 0.0}
 
         async def one(**kwargs: Any) -> None:
@@ -649,7 +666,7 @@ class Harness:
                 self._run(
                     [str(self.venv_bin / "chancy"), "--app", "peers.chancy_app", "misc", "migrate"], self.env(system)
                 )
-                self.agent(system, "setup", 0, 0)  # declares the queue "default" with Chancy's defaults
+                self.agent(system, "setup", 0, 0)  # declares the queue "default"
             else:  # saq: its queue creates its tables when it first connects
                 self.agent(system, "setup", 0, 0)
             conn = self.psycopg.connect(self.url(system, admin=True), autocommit=True)
@@ -903,7 +920,8 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
 
 
 def run_all(
-    h: Harness, systems: tuple[str, ...], jobs: int, runs: int, single_n: int, lat_n: int, budget: float | None
+    h: Harness, systems: tuple[str, ...], jobs: int, runs: int, single_n: int, lat_n: int, budget: float | None,
+    slow_jobs: int = 2000,
 ) -> dict[str, Any]:
     """Every phase ``runs`` times; a run is not started when ``budget`` seconds would not hold it."""
     began = time.monotonic()
@@ -945,7 +963,7 @@ def run_all(
                 out = attempt(
                     f"batch enqueue + drain with {workers} worker(s)",
                     system,
-                    lambda s=system, w=workers: h.batch_and_drain(s, jobs, w),
+                    lambda s=system, w=workers: h.batch_and_drain(s, min(jobs, slow_jobs) if s in SLOW else jobs, w),
                 )
                 if out is not None:
                     if system != LIMIT:  # its queue is filled by jobcore's enqueue_many
@@ -1032,7 +1050,7 @@ def share_of_limit(results: dict[str, dict[str, float | None]], key: str) -> flo
 
 def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...]) -> str:
     names = {LIMIT: "SQL limit"}
-    head = ["", *(names.get(s, s) for s in systems), "jobcore / fastest peer"]
+    head = ["", *(names.get(s, s) for s in systems), "jobcore / best peer"]
     with_limit = LIMIT in systems
     if with_limit:
         head.append("jobcore / SQL limit")
@@ -1194,7 +1212,10 @@ def report(
         f" (psycopg {v.get('psycopg')}, C build); pgqueuer {v.get('pgqueuer')} (asyncpg {v.get('asyncpg')},"
         f" uvloop {v.get('uvloop')}); oban {v.get('oban')} (psycopg {v.get('oban-psycopg')}, Python"
         f" {v.get('oban-python')}).",
-        f"{data['runs']} run{'s' if data['runs'] != 1 else ''}; N = {args.jobs:,} jobs per drain;"
+        f"{data['runs']} run{'s' if data['runs'] != 1 else ''}; N = {args.jobs:,} jobs per drain"
+        f" ({min(args.jobs, args.slow_jobs):,} for {' and '.join(SLOW)}, whose drains are one to two orders"
+        " of magnitude slower: timing starts with every worker already waiting, so a drain's rate does not"
+        " depend on N);"
         f" {args.single:,} one-at-a-time enqueues per run;"
         f" latency over {int(results.get('jobcore', {}).get('latency_samples') or 0)} samples per system."
         f" Whole run: {elapsed / 60:.1f} minutes.",
@@ -1203,7 +1224,7 @@ def report(
         "",
         "Throughput rows are medians over the runs; latency percentiles pool every sample of every run;",
         "CPU and statements are per drain, medians over the runs (statements are what the workers'",
-        "role sent, `BEGIN` and `COMMIT` included). \"jobcore / fastest peer\" divides jobcore's figure",
+        "role sent, `BEGIN` and `COMMIT` included). \"jobcore / best peer\" divides jobcore's figure",
         "by the best peer's on that row (named): a throughput ratio above 1 and a cost ratio below 1",
         "favour jobcore. \"SQL limit\" is no queue: it is the same drain done by a bare loop of",
         f"batch-claim ({LIMIT_BATCH} jobs) and batch-ack SQL on jobcore's own schema and indexes, each",
@@ -1241,9 +1262,12 @@ def report(
         "  function; enqueue with `Queue.enqueue`. SAQ has no multi-job insert: a batch is its 1,000",
         "  `enqueue` calls sent concurrently with `asyncio.gather` over its pool.",
         "- Chancy: `chancy --app peers.chancy_app worker start`, the queue declared",
-        "  `Queue(\"default\")` with Chancy's defaults (process executor with its default concurrency,",
-        "  polling every 5 s plus LISTEN/NOTIFY wake-ups, default plugins: leadership, pruner,",
-        "  recovery, metrics, workflows); a plain function; enqueue with `Chancy.push` / `push_many`.",
+        "  `Queue(\"default\", eager_polling=True)`: Chancy's defaults (process executor, concurrency",
+        "  the CPU count, polling every 5 s plus LISTEN/NOTIFY wake-ups on push, default plugins:",
+        "  leadership, pruner, recovery, metrics, workflows) but for eager polling, its documented",
+        "  switch to poll again as soon as a job completes: without it a queue of waiting jobs drains",
+        "  at concurrency / 5 s, 0.4 jobs/s here. A plain function; enqueue with `Chancy.push` /",
+        "  `push_many`.",
         "",
         "Verification after each drain: each system's finished rows are counted in its own table",
         "(jobcore `state = 'done'`, Procrastinate `status = 'succeeded'`, PGQueuer `successful` rows in",
@@ -1309,6 +1333,9 @@ def main() -> None:
     parser.add_argument(
         "--max-minutes", type=float, default=None, help="start no further run once it would end past this many minutes"
     )
+    parser.add_argument(
+        "--slow-jobs", type=int, default=2000, help="jobs per drain for " + ", ".join(SLOW) + " (default 2,000)"
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke run (~2 minutes); does not write the doc")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
@@ -1345,7 +1372,7 @@ def main() -> None:
         systems = (*systems, BASE)
     command = ".venv/bin/python bench/peers.py" + (
         "" if (args.jobs, args.runs) == (20_000, 3) else f" --jobs {args.jobs} --runs {args.runs}"
-    )
+    ) + ("" if args.slow_jobs == 2000 else f" --slow-jobs {args.slow_jobs}")
     if args.max_minutes:
         command += f" --max-minutes {args.max_minutes:g}"
     started = time.monotonic()
@@ -1382,7 +1409,7 @@ def main() -> None:
         h.setup(systems)
         print(f"server {server.url}; logs in {workdir}", flush=True)
         budget = args.max_minutes * 60 if args.max_minutes else None
-        data = run_all(h, systems, args.jobs, args.runs, args.single, args.latency, budget)
+        data = run_all(h, systems, args.jobs, args.runs, args.single, args.latency, budget, args.slow_jobs)
         elapsed = time.monotonic() - started
         section = report(h, data, systems, args, elapsed, command)
         print("\n" + section)
