@@ -95,10 +95,11 @@ LIMIT = "limit"
 """Not a queue: a bare loop of batch-claim and batch-ack SQL on jobcore's schema, with the
 same fencing (:func:`limit_worker`), drains only. What the server allows on this machine."""
 LIMIT_BATCH = 100
-SLOW = ("saq", "chancy")
-"""Peers whose drains run one to two orders of magnitude below the others: they drain
-``--slow-jobs`` jobs (default 2,000) instead of ``--jobs``, so a full run fits in half an hour.
-Timing starts with every worker already waiting, so a drain's rate does not depend on N."""
+SLOW = ("procrastinate", "saq", "chancy")
+"""Peers whose drains run one to two orders of magnitude below jobcore's (20 to 100 times
+slower on this machine): they drain ``--slow-jobs`` jobs (default 2,000) instead of
+``--jobs``, so a full run fits in half an hour. Timing starts with every worker already
+waiting, so a drain's rate does not depend on N."""
 BASE = "jobcore_base"
 """With ``--baseline PYTHON``: jobcore as that interpreter has it installed (an older tree),
 measured beside this one in the same run, so a change's cost shows as a ratio."""
@@ -1213,7 +1214,7 @@ def report(
         f" uvloop {v.get('uvloop')}); oban {v.get('oban')} (psycopg {v.get('oban-psycopg')}, Python"
         f" {v.get('oban-python')}).",
         f"{data['runs']} run{'s' if data['runs'] != 1 else ''}; N = {args.jobs:,} jobs per drain"
-        f" ({min(args.jobs, args.slow_jobs):,} for {' and '.join(SLOW)}, whose drains are one to two orders"
+        f" ({min(args.jobs, args.slow_jobs):,} for {', '.join(SLOW)}, whose drains are one to two orders"
         " of magnitude slower: timing starts with every worker already waiting, so a drain's rate does not"
         " depend on N);"
         f" {args.single:,} one-at-a-time enqueues per run;"
