@@ -65,7 +65,8 @@ def measure(url: str, jobs: int, concurrency: int, tree: str | None, extra: list
             "--no-scheduler", *extra]
     cmd = [sys.executable, "-c", _RUN_FROM_TREE, tree, *argv] if tree else [sys.executable, "-m", "jobcore.cli", *argv]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    log = open(folder / "worker.log", "w")  # noqa: SIM115 - a file, not a pipe: a full pipe would stall the worker
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
         time.sleep(3)  # started and idle
         idle = max(_held(admin, name) for _ in range(20) if time.sleep(0.01) is None)
@@ -82,13 +83,14 @@ def measure(url: str, jobs: int, concurrency: int, tree: str | None, extra: list
             row = admin.execute(f'SELECT count(*) FROM "{schema}".jobs WHERE state = %s', ("done",)).fetchone()
             done = int(row[0]) if row else 0
             if proc.poll() is not None or time.monotonic() - began > 900:
-                raise RuntimeError(f"worker stopped or stalled: {proc.stderr.read() if proc.stderr else ''}")
+                raise RuntimeError(f"worker stopped or stalled; see {folder}/worker.log")
         took = time.monotonic() - began
         time.sleep(2)
         after = _held(admin, name)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        log.close()
         driver.close()
         admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         admin.close()

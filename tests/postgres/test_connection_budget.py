@@ -49,10 +49,11 @@ def _drain(pg_url: str, pool: Any, tmp_path: Path, *extra: str) -> int:
     try:
         driver.migrate()
         driver.enqueue_many([{"name": "budget.nap", "queue": "budget", "payload": n} for n in range(COUNT)])
+        log = open(tmp_path / "worker.log", "w+")  # noqa: SIM115 - a file: a full pipe would stall the worker
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobcore.cli", "worker", str(jobs), "--url", url, "--no-scheduler",
              "--poll-interval", "0.05", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.DEVNULL, stderr=log, env=env,
         )
         most = 0
         deadline = time.monotonic() + 60
@@ -70,7 +71,10 @@ def _drain(pg_url: str, pool: Any, tmp_path: Path, *extra: str) -> int:
                 time.sleep(0.02)
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
+            proc.wait(timeout=60)
+            log.seek(0)
+            err = log.read()
+            log.close()
         assert drained, f"{driver.introspect.stats().count('done')} of {COUNT} done within 60 s: {err[-2000:]}"
         return most
     finally:
