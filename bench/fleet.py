@@ -7,11 +7,11 @@ Starts a throwaway PostgreSQL with ``max_connections = 100`` and Debian's pgboun
 front of it (``pool_mode = transaction``, its defaults but ``max_client_conn``: a hundred
 workers with 4 connections each are 400 clients), then:
 
-1. forks ``--workers`` worker processes (each a :class:`jobcore.Worker` on its own driver
+1. enqueues ``--jobs`` no-op jobs in batches of 1,000 (through the pooler);
+2. forks ``--workers`` worker processes (each a :class:`jobcore.Worker` on its own driver
    built from the pooler's URL, ``pool_max = --connections``, no ``listen_url``: they
-   poll every second), waits until every one has made its first claim;
-2. enqueues ``--jobs`` no-op jobs in batches of 1,000 and times the drain, from the first
-   enqueue until the store holds every one ``done``;
+   poll every second), waits until every one is built, releases them all at once and
+   times the drain until the store holds every job ``done``;
 3. enqueues ``--latency-jobs`` jobs one at a time, 20 ms apart, into the idle fleet and
    takes each one's enqueue-to-start time;
 4. stops the fleet (SIGTERM, drain) and checks the independent record: every handler run
@@ -55,7 +55,7 @@ SCHEMA = "jc_fleet"
 QUEUE = "fleet"
 
 
-def _worker(index: int, url: str, folder: str, concurrency: int, connections: int, ready: Any) -> None:
+def _worker(index: int, url: str, folder: str, concurrency: int, connections: int, ready: Any, go: Any) -> None:
     """One worker process: record every run of the handler in its own file, run until SIGTERM."""
     logging.basicConfig(
         filename=os.path.join(folder, f"worker-{index}.log"), level=logging.WARNING,
@@ -69,22 +69,13 @@ def _worker(index: int, url: str, folder: str, concurrency: int, connections: in
 
     registry.job(name="fleet.noop", queue=QUEUE)(noop)
     driver = connect(url, pool_max=connections)
-    first = threading.Event()
     worker = Worker(
         [QUEUE], driver=driver, registry=registry, concurrency=concurrency, poll_interval=1.0,
         scheduler=False, retention=None, drain_timeout=30,
     )
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
-    original = driver.claim
-
-    def claim(*args: Any, **kwargs: Any) -> Any:
-        answer = original(*args, **kwargs)
-        if not first.is_set():
-            first.set()
-            ready.release()
-        return answer
-
-    driver.claim = claim  # type: ignore[method-assign]  # only to learn when the worker is up
+    ready.release()
+    go.wait()
     try:
         worker.run()
     finally:
@@ -129,11 +120,22 @@ def run(args: argparse.Namespace) -> int:
         setup.migrate()
         setup.close()
         folder = tempfile.mkdtemp(prefix="jobcore-fleet-")
+        producer = connect(url)
+        start = time.monotonic()
+        stamp = time.time()
+        for first in range(0, args.jobs, 1000):
+            producer.enqueue_many([
+                {"name": "fleet.noop", "queue": QUEUE, "payload": {"seq": n, "t": stamp}}
+                for n in range(first, min(args.jobs, first + 1000))
+            ])
+        enqueued = time.monotonic() - start
+        producer.close()  # not across the fork
         context = multiprocessing.get_context("fork")
         ready = context.Semaphore(0)
+        go = context.Event()
         began = time.monotonic()
         procs = [
-            context.Process(target=_worker, args=(i, url, folder, args.concurrency, args.connections, ready))
+            context.Process(target=_worker, args=(i, url, folder, args.concurrency, args.connections, ready, go))
             for i in range(args.workers)
         ]
         for proc in procs:
@@ -143,11 +145,9 @@ def run(args: argparse.Namespace) -> int:
         for _ in procs:
             if not ready.acquire(timeout=300):
                 sys.exit("the fleet did not come up within 300 s")
-        print(f"fleet: {args.workers} workers up in {time.monotonic() - began:.1f} s "
+        print(f"fleet: {args.workers} workers built in {time.monotonic() - began:.1f} s "
               f"(server max_connections={max_conn[0] if max_conn else '?'}, "
               f"{'direct' if args.direct else 'through pgbouncer, pool_mode=transaction'})", flush=True)
-        idle_conns = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-                                   ).fetchone()
         producer = connect(url)
         most = [0]
         sampling = threading.Event()
@@ -163,13 +163,7 @@ def run(args: argparse.Namespace) -> int:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         start = time.monotonic()
-        stamp = time.time()
-        for first in range(0, args.jobs, 1000):
-            producer.enqueue_many([
-                {"name": "fleet.noop", "queue": QUEUE, "payload": {"seq": n, "t": stamp}}
-                for n in range(first, min(args.jobs, first + 1000))
-            ])
-        enqueued = time.monotonic() - start
+        go.set()
         while _count_done(admin) < args.jobs:
             if time.monotonic() - start > args.timeout:
                 print(f"drain timed out after {args.timeout} s at {_count_done(admin)} jobs", flush=True)
@@ -187,6 +181,10 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(0.2)
         sampling.set()
         sampler.join()
+        time.sleep(3)  # the fleet idle, polling
+        idle_conns = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        ).fetchone()
         for proc in procs:
             if proc.pid is not None:
                 os.kill(proc.pid, signal.SIGTERM)
@@ -218,10 +216,8 @@ def run(args: argparse.Namespace) -> int:
                 )
         states = admin.execute(f"SELECT state, count(*) FROM {SCHEMA}.jobs GROUP BY state ORDER BY state").fetchall()
         latency = [waits[n] * 1000 for n in range(args.jobs, total) if n in waits]
-        backlog = [waits[n] for n in range(args.jobs) if n in waits]
         print(f"enqueue: {args.jobs} jobs in {enqueued:.1f} s ({args.jobs / enqueued:.0f} jobs/s)")
-        print(f"drain: {args.jobs} jobs in {drained:.1f} s = {args.jobs / drained:.0f} jobs/s "
-              f"(backlog wait p50 {_percentile(backlog, 0.5):.1f} s, p99 {_percentile(backlog, 0.99):.1f} s)")
+        print(f"drain: {args.jobs} jobs in {drained:.1f} s = {args.jobs / drained:.0f} jobs/s")
         print(f"enqueue-to-start, idle fleet, {len(latency)} jobs 20 ms apart: p50 {_percentile(latency, 0.5):.1f} ms,"
               f" p99 {_percentile(latency, 0.99):.1f} ms, max {max(latency, default=float('nan')):.1f} ms")
         print(f"independent record: {len(runs)} of {total} jobs ran, {len(missing)} never, {len(twice)} more than once")
