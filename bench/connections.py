@@ -68,7 +68,10 @@ def measure(url: str, jobs: int, concurrency: int, tree: str | None, extra: list
     log = open(folder / "worker.log", "w")  # noqa: SIM115 - a file, not a pipe: a full pipe would stall the worker
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
-        time.sleep(3)  # started and idle
+        up = time.monotonic() + 120
+        while _held(admin, name) == 0 and time.monotonic() < up:  # started: its first claim connected
+            time.sleep(0.05)
+        time.sleep(3)  # then idle, polling
         idle = max(_held(admin, name) for _ in range(20) if time.sleep(0.01) is None)
         for start in range(0, jobs, 1000):
             driver.enqueue_many([{"name": "conn.noop", "queue": "conn", "payload": n}
