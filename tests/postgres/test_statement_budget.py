@@ -219,7 +219,7 @@ def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDr
     unknown = [text[:80] for text, name in zip(recorder_sent, names, strict=True) if name == "?"]
     assert not unknown
     assert names.count("LISTEN") == 1  # the wake-up subscription, once per worker
-    assert names.count("SESSION") == 1  # its connection's set-up: the pool's were open already
+    assert names.count("SESSION") <= 1 + 3  # once per new connection: the LISTEN one, and at most the pool's 3 more
     assert {"LISTEN", "CLAIM", "ACK_MANY"} <= set(names) <= {"SESSION", "LISTEN", "CLAIM", "START", "ACK_MANY"}
     assert names.count("ACK_MANY") <= JOBS
     assert names.count("START") <= JOBS  # runners start what is waiting together; never one job twice
