@@ -6,6 +6,12 @@ that driver the process-wide one (so handlers can enqueue), and runs until SIGTE
 SIGINT; the first signal drains within ``--drain-timeout``, a second abandons what is
 still running at once. Logs go through :mod:`logging` on stderr, each record carrying
 the job id and name.
+
+Connections. The worker's driver opens at most ``--connections`` connections (default
+:data:`WORKER_CONNECTIONS`, whatever ``--concurrency`` is: PostgreSQL's ``pool_max``,
+MongoDB's ``maxPoolSize``), plus, on PostgreSQL with wake-ups, one LISTEN connection. A
+``pool_max`` (or, on MongoDB, ``maxPoolSize``) in the URL stands unless ``--connections``
+is given. See docs/deploy.md for the arithmetic of a fleet.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import time
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
+from jobcore import validate as v
 from jobcore.current import connect, set_job_driver
 from jobcore.driver import JobDriver
 from jobcore.errors import ClaimQueuesEmpty, ConfigurationError, SchemaOutdated, UrlInvalid
@@ -32,8 +40,8 @@ from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, Worker
 
 __all__ = [
-    "FLUSH_DELAY", "LOG_FORMAT", "BatchedStderrHandler", "JobFieldsFilter", "configure_logging", "import_jobs",
-    "register",
+    "FLUSH_DELAY", "LOG_FORMAT", "WORKER_CONNECTIONS", "BatchedStderrHandler", "JobFieldsFilter", "configure_logging",
+    "connection_budget", "import_jobs", "register",
 ]
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [job %(job_id)s %(job_name)s] %(message)s"
@@ -211,6 +219,11 @@ def register(subparsers: Any) -> None:
     )
     add_migrate_option(parser, "worker")
     parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
+    parser.add_argument(
+        "--connections", type=int, default=None,
+        help=f"database connections this worker opens at most, whatever its concurrency (default "
+        f"{WORKER_CONNECTIONS}, or the URL's pool_max / maxPoolSize), plus one LISTEN connection on PostgreSQL",
+    )
     parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
     parser.add_argument(
         "--margin", type=float, default=None,
@@ -272,6 +285,30 @@ def _queues_option(text: str | None) -> str | None:
     return ",".join(names)
 
 
+WORKER_CONNECTIONS = 4
+"""Connections a ``jobcore worker`` process's driver opens at most, unless told otherwise."""
+_BUDGETED = {"postgresql": ("pool_max",), "postgres": ("pool_max",), "mongodb": ("pool_max", "maxpoolsize"),
+             "mongodb+srv": ("pool_max", "maxpoolsize")}
+
+
+def connection_budget(url: str, connections: object) -> dict[str, int]:
+    """The driver option bounding a worker's connections for ``url``: ``--connections`` when
+    given, else :data:`WORKER_CONNECTIONS` unless the URL sets its own pool size (none for a
+    driver without a pool, such as ``memory://``)."""
+    if connections is not None:
+        connections = v.check_int(connections, "--connections", 1, 1000)
+    parts = urlsplit(url)
+    names = _BUDGETED.get(parts.scheme.lower())
+    if names is None:
+        return {}
+    if connections is None:
+        given = {name.lower() for name, _ in parse_qsl(parts.query.replace(";", "&"), keep_blank_values=True)}
+        if given & set(names):
+            return {}
+        connections = WORKER_CONNECTIONS
+    return {"pool_max": int(connections)}
+
+
 def _run_worker(args: argparse.Namespace) -> int:
     queues_given = _queues_option(args.queues)  # refused before anything is imported or connected
     import_jobs(args.module)
@@ -284,7 +321,9 @@ def _run_worker(args: argparse.Namespace) -> int:
     if driver is None:
         if not args.url:
             raise UrlInvalid("no driver URL given", "pass --url postgresql://... or set JOBCORE_URL")
-        driver = connect(args.url)
+        driver = connect(args.url, **connection_budget(args.url, args.connections))
+    elif args.connections is not None:
+        v.check_int(args.connections, "--connections", 1, 1000)
     try:
         prepare_schema(driver, migrate=args.migrate, what="worker")
     except BaseException:

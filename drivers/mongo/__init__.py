@@ -80,7 +80,7 @@ from ._leases import MongoLeases
 from ._schedules import MongoSchedules
 from ._watch import Hub, Silent, Subscription
 
-__all__ = ["MongoDriver"]
+__all__ = ["DEFAULT_POOL_MAX", "MongoDriver", "capabilities_of"]
 
 
 Doc = dict[str, Any]
@@ -91,6 +91,8 @@ LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
 _CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
 DEFAULT_CALL_TIMEOUT = 10.0
 """Seconds one driver call may take by default (F07)."""
+DEFAULT_POOL_MAX = 10
+"""Connections at most per server of a client the driver makes (PyMongo's own default is 100)."""
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds to open one connection, by default (F07)."""
 CLOCK_READ_BOUND = 2.0
@@ -119,6 +121,9 @@ class MongoDriver:
         auto_migrate: Create the indexes and record the schema on first use instead of
             raising ``JC_SCHEMA_OUTDATED`` (tests, demos; production runs ``jobcore migrate``).
             ``?auto_migrate=true`` in a URL says the same.
+        pool_max: Connections at most per server of a client made from a URI (PyMongo's
+            ``maxPoolSize``, whose own default is 100), unless the URI sets ``maxPoolSize``;
+            a positive int, default :data:`DEFAULT_POOL_MAX`. ``?pool_max=`` in a URL says the same.
     """
 
     def __init__(
@@ -126,14 +131,16 @@ class MongoDriver:
         collection_prefix: str = "jobcore_", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, call_timeout: Duration = DEFAULT_CALL_TIMEOUT,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT, auto_migrate: bool = False,
+        pool_max: int = DEFAULT_POOL_MAX,
     ) -> None:
         self.auto_migrate = bool(auto_migrate)
+        most = v.check_int(pool_max, "pool_max", 1, 1000)
         call_bound = _seconds(call_timeout, "call_timeout")
         connect_bound = _seconds(connect_timeout, "connect_timeout")
         if isinstance(uri_or_client, str):
             _refuse_unknown_options(uri_or_client)
             try:
-                bounded = _bounded_options(uri_or_client, call_bound, connect_bound)
+                bounded = _bounded_options(uri_or_client, call_bound, connect_bound, most)
                 self._client: MongoClient[Doc] = MongoClient(uri_or_client, tz_aware=True, tzinfo=utc, **bounded)
             except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
                 raise UrlInvalid(
@@ -175,7 +182,7 @@ class MongoDriver:
     def from_url(cls, url: str, **options: Any) -> MongoDriver:
         """Build from ``mongodb://[user@]host[:port]/database?...``; the path names the database.
 
-        jobcore's own option ``auto_migrate`` is taken out of the query; the rest goes to PyMongo.
+        jobcore's own options ``auto_migrate`` and ``pool_max`` are taken out of the query; the rest goes to PyMongo.
         """
         url, own = _own_options(url)
         options = {**own, **options}
@@ -212,22 +219,40 @@ class MongoDriver:
     @property
     def capabilities(self) -> frozenset[str]:
         """``shared_store``, ``ack_landed_only`` and ``deferred_start``; plus ``notify`` and
-        ``transactional_enqueue`` on a replica set or mongos.
+        ``transactional_enqueue`` on a replica set or mongos (docs/drivers/mongo.md, "At scale").
 
-        Decided from ``hello`` as real MongoDB would: change streams and multi-document
-        transactions exist on replica-set members (``setName``) and mongos (``msg:
-        isdbgrid``), never on a standalone server, whatever a lenient test server allows.
+        Decided from ``hello`` as real MongoDB would, never by trying: change streams exist
+        on replica-set members (``setName``) and mongos (``msg: isdbgrid``) from MongoDB 3.6
+        (``maxWireVersion`` 6); multi-document transactions on replica sets from 4.0 (wire 7)
+        and through mongos from 4.2 (wire 8); a standalone server has neither, whatever a
+        lenient test server allows.
         """
         if self._capabilities is None:
-            hello = self._hello()
-            clustered = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
-            extra = {"notify", "transactional_enqueue"} if clustered else set()
-            self._capabilities = frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})
+            self._capabilities = capabilities_of(self._hello())
         return self._capabilities
 
     @capabilities.setter
     def capabilities(self, value: Iterable[str]) -> None:
         self._capabilities = frozenset(value)
+
+    def _check_unsharded(self) -> None:
+        """Through mongos, refuse a sharded jobs collection (``JC_NOT_SUPPORTED``): a claim is a
+        ``findAndModify`` by queue and state, and the idempotency keys' unique index cannot
+        hold across shards unless prefixed by the shard key (docs/drivers/mongo.md, "At scale")."""
+        if self._hello().get("msg") != "isdbgrid":
+            return
+        try:
+            stats = self._jobs.database.command("collStats", self._jobs.name)
+        except pe.OperationFailure as exc:
+            if exc.code == 26:  # NamespaceNotFound: not created yet, so not sharded
+                return
+            raise
+        if stats.get("sharded"):
+            raise NotSupported(
+                f"{self._jobs.full_name} is sharded; jobcore's claims and idempotency keys need it unsharded",
+                "keep jobcore's collections unsharded in a database of their own (move it with movePrimary), "
+                "and split queues over several databases to spread the load (docs/drivers/mongo.md)",
+            )
 
     @translated
     def _hello(self) -> Doc:
@@ -283,6 +308,7 @@ class MongoDriver:
                 before=before, after=after, latest=d.SCHEMA_VERSION, statements=statements, applied=False,
                 language="mongosh",
             )
+        self._check_unsharded()
         try:
             self._jobs.create_indexes(d.INDEXES)
         except pe.OperationFailure as exc:
@@ -349,6 +375,7 @@ class MongoDriver:
                 f" schema {found[1]} or later; this jobcore has {d.SCHEMA_VERSION})",
                 "upgrade jobcore in this process",
             )
+        self._check_unsharded()
         self._ready = True
 
     def _now(self) -> datetime:
@@ -810,8 +837,22 @@ def _seconds(value: object, name: str) -> float:
     return v.check_duration(value, name, positive=True).total_seconds()
 
 
-def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
-    """The time bounds a client made from ``uri`` gets (F07), leaving any the URI sets itself.
+def capabilities_of(hello: Doc) -> frozenset[str]:
+    """What a server answering ``hello`` offers the driver (see :attr:`MongoDriver.capabilities`)."""
+    wire = hello.get("maxWireVersion", 0)
+    wire = wire if isinstance(wire, int) and not isinstance(wire, bool) else 0
+    mongos = hello.get("msg") == "isdbgrid"
+    replica = bool(hello.get("setName")) and not mongos
+    extra = set()
+    if (replica or mongos) and wire >= 6:
+        extra.add("notify")
+    if (replica and wire >= 7) or (mongos and wire >= 8):
+        extra.add("transactional_enqueue")
+    return frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})
+
+
+def _bounded_options(uri: str, call: float, connect: float, pool_max: int = DEFAULT_POOL_MAX) -> dict[str, Any]:
+    """The time bounds (F07) and the pool bound a client made from ``uri`` gets, leaving any the URI sets itself.
 
     ``timeoutMS`` bounds each operation and, under it, the wait for a server too.
     Only the URI's own query is read (an SRV record's TXT options cannot set timeouts).
@@ -819,10 +860,18 @@ def _bounded_options(uri: str, call: float, connect: float) -> dict[str, Any]:
     query = urlsplit(uri).query.replace(";", "&")
     given = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
     wanted = {"timeoutMS": call, "connectTimeoutMS": connect}
-    return {name: max(1, round(seconds * 1000)) for name, seconds in wanted.items() if name.lower() not in given}
+    options: dict[str, Any] = {
+        name: max(1, round(seconds * 1000)) for name, seconds in wanted.items() if name.lower() not in given
+    }
+    if "maxpoolsize" not in given:
+        options["maxPoolSize"] = pool_max
+    return options
 
 
-_OWN_URL_OPTIONS = {"auto_migrate": lambda text: text.lower() in ("1", "true", "yes", "on")}
+_OWN_URL_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "auto_migrate": lambda text: text.lower() in ("1", "true", "yes", "on"),
+    "pool_max": int,
+}
 
 
 def _refuse_unknown_options(uri: str) -> None:
@@ -854,7 +903,10 @@ def _own_options(url: str) -> tuple[str, dict[str, Any]]:
     rest = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in _OWN_URL_OPTIONS:
-            own[name] = _OWN_URL_OPTIONS[name](value)
+            try:
+                own[name] = _OWN_URL_OPTIONS[name](value)
+            except ValueError:
+                raise UrlInvalid(f"URL option {name}={value!r:.40} is not valid", "pass a whole number") from None
         else:
             rest.append((name, value))
     return urlunsplit(parts._replace(query=urlencode(rest))), own

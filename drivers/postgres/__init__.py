@@ -27,6 +27,14 @@ attempt committed and only its reply was lost, the jobs it took stay ``running``
 a token nobody received; no live lease is ever handed out twice, and when that lease
 lapses the next claim moves ``claim_no``, so the lost token can never settle anything.
 
+Poolers and connections. A driver built from a URL opens at most ``pool_max`` connections
+(default 10), plus one for its wake-ups while subscribed. No startup ``options`` are sent
+and, behind a transaction pooler (PgBouncer ``pool_mode = transaction`` and the like,
+detected on each new connection or named with ``pooler=``), no session setting and no
+server-side prepared statement is used (:class:`._pool.Session`); LISTEN cannot work
+through such a pooler, so wake-ups go over ``listen_url`` (a direct connection) when one
+is given, and the ``notify`` capability is dropped (the worker polls) when not.
+
 Schema. jobcore owns its schema (``jobcore`` by default, configurable): call
 ``driver.migrate()`` (or ``jobcore migrate``) at deploy time. A driver meeting a missing
 or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
@@ -51,14 +59,32 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.driver import Duration
-from jobcore.errors import BackendAuthFailed, BackendUnavailable, OptionInvalid, SchemaOutdated, UrlInvalid, redact
+from jobcore.errors import (
+    BackendAuthFailed,
+    BackendUnavailable,
+    NotSupported,
+    OptionInvalid,
+    SchemaOutdated,
+    UrlInvalid,
+    redact,
+    secrets_of,
+)
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, stored_job
 
 from . import _schema
 from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospector, PostgresLeases
 from ._notify import Listener, channel_for
-from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, Pool, alive, bounded, connect_kwargs
+from ._pool import (
+    CLOCK_READ_TIMEOUT,
+    DEFAULT_CALL_TIMEOUT,
+    POOLER_MODES,
+    BoundedConnection,
+    Pool,
+    alive,
+    bounded,
+    connect_kwargs,
+)
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 from ._schedules import PostgresSchedules
 from ._sql import Statements
@@ -120,9 +146,37 @@ def _timeouts(statement_timeout: object, call_timeout: object) -> tuple[timedelt
     return statement, call
 
 
+def _check_pooler(pooler: object) -> str:
+    if not isinstance(pooler, str) or pooler not in POOLER_MODES:
+        raise OptionInvalid(
+            f"pooler={pooler!r:.40} is not one of {', '.join(POOLER_MODES)}",
+            "pass pooler='transaction' behind PgBouncer or a cloud pooler, 'none' for a direct server, "
+            "or leave the default 'auto' (detected on each new connection)",
+        )
+    return pooler
+
+
+def check_listen_url(url: object) -> str | None:
+    """``url`` (the direct server wake-ups LISTEN on) checked to be a ``postgresql://`` URL, or None."""
+    if url is None:
+        return None
+    fix = "pass the URL of the PostgreSQL server itself (not the pooler), e.g. postgresql://user@db-host/app"
+    if not isinstance(url, str):
+        raise UrlInvalid(f"listen_url must be a postgresql:// URL, got {type(url).__name__}", fix)
+    shown = redact(repr(url), secrets_of(url))[:80]
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:
+        raise UrlInvalid(f"listen_url {shown} is not a valid URL ({exc})", fix) from None
+    if scheme not in ("postgresql", "postgres"):
+        raise UrlInvalid(f"listen_url {shown} is not a PostgreSQL URL", fix)
+    return url
+
+
 def make_pool(
     conninfo: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0,
-    statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT, **kwargs: Any,
+    statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT,
+    pooler: str = "auto", **kwargs: Any,
 ) -> ConnectionPool[Any]:
     """A ``psycopg_pool`` pool set up the way the driver wants it (autocommit, UTC, generic
     plans), of :class:`~._pool.BoundedConnection`: no statement waits on the server longer
@@ -132,7 +186,10 @@ def make_pool(
     ``statement_timeout`` (a duration) is applied to every pooled session, by default 90%
     of ``call_timeout``; a statement running longer is cancelled by the server and surfaces
     as ``JC_DB_TIMEOUT``. ``connect_timeout`` defaults to 5 s unless ``conninfo`` or
-    ``kwargs`` name one. Other ``kwargs`` go to every connection (psycopg's keywords).
+    ``kwargs`` name one. ``pooler`` says whether a transaction pooler sits in between
+    (``"auto"``: detected on each new connection; ``"transaction"``; ``"none"``); behind
+    one the connections set no session state and prepare no statements. Other ``kwargs``
+    go to every connection (psycopg's keywords).
 
     A malformed ``conninfo`` is refused at once (``JC_URL_INVALID``). The pool's own log
     records (its failed connection attempts) go through jobcore's logger
@@ -141,12 +198,16 @@ def make_pool(
     refused credentials, ``JC_DB_UNAVAILABLE`` naming the host and port).
     """
     statement, call = _timeouts(statement_timeout, call_timeout)
-    connect = connect_kwargs(conninfo, statement_timeout=statement, call_timeout=call, **kwargs)
+    least = v.check_int(min_size, "min_size", 0, 1000)
+    most = v.check_int(max_size, "max_size", max(1, least), 1000)
+    connect = connect_kwargs(
+        conninfo, statement_timeout=statement, call_timeout=call, pooler=_check_pooler(pooler), **kwargs
+    )
     route_pool_logging()
     # A class of its own, so this pool's last failed attempt is its own (BoundedConnection.last_failure).
     connection_class = type("JobcoreConnection", (BoundedConnection,), {"last_failure": None})
     return ConnectionPool(
-        conninfo, min_size=min_size, max_size=max_size, timeout=timeout, kwargs=connect, open=True, name="jobcore",
+        conninfo, min_size=least, max_size=most, timeout=timeout, kwargs=connect, open=True, name="jobcore",
         connection_class=connection_class,
     )
 
@@ -198,6 +259,8 @@ _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "pool_min": int,
     "pool_max": int,
     "default_max_attempts": int,
+    "pooler": str,
+    "listen_url": str,
 }
 
 
@@ -221,16 +284,24 @@ class PostgresDriver:
             gives up, discards the connection and answers ``JC_DB_TIMEOUT`` (default 10 s;
             ``None``: no bound). For the pool this driver makes and its wake-up listener;
             ``migrate`` is never cut short.
-        pool_min, pool_max: Idle connections kept, and connections at most, of the pool this driver makes.
+        pool_min, pool_max: Idle connections kept, and connections at most, of the pool this
+            driver makes (whole numbers; a subscription's LISTEN connection comes on top).
+        pooler: Whether a transaction pooler (PgBouncer ``pool_mode = transaction``, a cloud
+            provider's) sits between the driver and the server: ``"auto"`` (default: detected
+            on each new connection), ``"transaction"`` or ``"none"``. Behind one no session
+            setting and no server-side prepared statement is used.
+        listen_url: A ``postgresql://`` URL of the server itself, for the LISTEN connection of
+            wake-ups (a transaction pooler cannot carry LISTEN). Without it, a driver behind a
+            pooler lacks the ``notify`` capability and workers poll.
     """
 
-    capabilities = frozenset({"notify", "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
+    _CAPABILITIES = frozenset({"shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
 
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, auto_migrate: bool = False,
         statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT,
-        pool_min: int = 1, pool_max: int = 10,
+        pool_min: int = 1, pool_max: int = 10, pooler: str = "auto", listen_url: str | None = None,
     ) -> None:
         self.schema = v.check_name(schema, "schema")
         if len(self.schema.encode()) > 63:
@@ -242,11 +313,16 @@ class PostgresDriver:
         self.auto_migrate = bool(auto_migrate)
         statement, call = _timeouts(statement_timeout, call_timeout)
         self.call_timeout = None if call is None else call.total_seconds()
+        self.pooler = _check_pooler(pooler)
+        self.listen_url = check_listen_url(listen_url)
+        self._pooled: bool | None = {"auto": None, "transaction": True, "none": False}[self.pooler]
         self._pool: ConnectionPool[Any] | Pool
         if isinstance(dsn_or_pool, str):
             least = v.check_int(pool_min, "pool_min", 0, 1000)
             self._pool = Pool(
-                dsn_or_pool, kwargs=connect_kwargs(dsn_or_pool, statement_timeout=statement, call_timeout=call),
+                dsn_or_pool, kwargs=connect_kwargs(
+                    dsn_or_pool, statement_timeout=statement, call_timeout=call, pooler=self.pooler,
+                ),
                 min_size=least, max_size=v.check_int(pool_max, "pool_max", max(1, least), 1000),
                 timeout=self.call_timeout or DEFAULT_CALL_TIMEOUT,
             )
@@ -276,7 +352,8 @@ class PostgresDriver:
         jobcore's own URL options (``schema``, ``auto_migrate``, ``statement_timeout`` and
         ``call_timeout`` in ms, ``pool_min``, ``pool_max``, ``default_max_attempts``) are taken
         out; the rest of the URL (``connect_timeout`` in seconds among it) goes to libpq
-        unchanged. Keyword ``options`` win over the URL.
+        unchanged. ``pooler`` and ``listen_url`` (URL-encoded) may be given there too.
+        Keyword ``options`` win over the URL.
         """
         try:
             parts = urlsplit(url)
@@ -304,8 +381,8 @@ class PostgresDriver:
         conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
         if conninfo.startswith(("postgresql://", "postgres://")):
             parts = urlsplit(conninfo)
-            query = [(k, val) for k, val in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
-            return urlunsplit(parts._replace(query=urlencode([*query, ("schema", self.schema)])))
+            query = [(k, val) for k, val in parse_qsl(parts.query, keep_blank_values=True) if k not in self._own]
+            return urlunsplit(parts._replace(query=urlencode([*query, *self._own.items()])))
         params = {k: val for k, val in conninfo_to_dict(conninfo).items() if val is not None}
         user = quote(str(params.pop("user", "")), safe="")
         password = quote(str(params.pop("password", "")), safe="")
@@ -314,8 +391,34 @@ class PostgresDriver:
         dbname = quote(str(params.pop("dbname", "")), safe="")
         auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
         netloc = f"{auth}{host}{f':{port}' if port else ''}"
-        options = urlencode([*((k, str(val)) for k, val in params.items()), ("schema", self.schema)])
+        options = urlencode([*((k, str(val)) for k, val in params.items()), *self._own.items()])
         return f"postgresql://{netloc}/{dbname}?{options}"
+
+    @property
+    def _own(self) -> dict[str, str]:
+        """The jobcore options :attr:`url` carries: the schema, and how to reach the server past a pooler."""
+        own = {"schema": self.schema}
+        if self.pooler != "auto":
+            own["pooler"] = self.pooler
+        if self.listen_url is not None:
+            own["listen_url"] = self.listen_url
+        return own
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this driver offers; ``notify`` unless a transaction pooler is in the way and
+        no ``listen_url`` was given (finding that out may take a connection)."""
+        if self.listen_url is not None or not self._behind_pooler():
+            return self._CAPABILITIES | {"notify"}
+        return self._CAPABILITIES
+
+    def _behind_pooler(self) -> bool:
+        """Whether a transaction pooler sits in between: configured, else as the first
+        connection found it (a pool of plain psycopg connections counts as direct)."""
+        if self._pooled is None:
+            with translated(self.schema), self._connection() as conn:
+                self._pooled = bool(getattr(conn, "pooled", False))
+        return self._pooled
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -333,7 +436,7 @@ class PostgresDriver:
             row = conn.execute(self.q.STORE_NOW).fetchone()
         assert row is not None
         stamp: datetime = row[0]
-        return stamp
+        return stamp.astimezone(EPOCH.tzinfo)  # the session's zone is the server's (or a pooler's)
 
     def _ensure_schema(self) -> None:
         if self._schema_ok:
@@ -651,9 +754,21 @@ class PostgresDriver:
             raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
         pool_kwargs = self._pool.kwargs if isinstance(self._pool.kwargs, dict) else {}
         conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
-        kwargs = {k: val for k, val in pool_kwargs.items() if k not in ("autocommit", "call_timeout")}
+        kwargs = {k: val for k, val in pool_kwargs.items() if k not in ("autocommit", "call_timeout", "session")}
+        if self.listen_url is not None:
+            conninfo = self.listen_url
+        elif self._behind_pooler():
+            raise NotSupported(
+                "wake-ups (LISTEN) cannot go through a transaction pooler, and no listen_url was given",
+                "pass listen_url=postgresql://... (the server itself) for wake-ups, or let workers poll",
+            )
         bound = pool_kwargs.get("call_timeout", self.call_timeout)
         listener = Listener(conninfo, kwargs, self.channel, names, callback, call_timeout=bound)
+        if listener.refused is not None:
+            listener.close()
+            raise OptionInvalid(
+                listener.refused, "give listen_url the PostgreSQL server itself (not the pooler), or let workers poll",
+            )
         self._listeners.append(listener)
         return listener
 

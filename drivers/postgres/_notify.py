@@ -13,6 +13,10 @@ A listening connection only reads, so a connection that died silently (a frozen 
 a cut network path) would look like a quiet channel forever: after :data:`PROBE_AFTER`
 seconds with nothing heard the listener sends one empty query, which the connection's
 ``call_timeout`` bounds (F07); no answer closes it and the listener reconnects.
+
+LISTEN through a transaction pooler would be heard on whichever server connection ran it,
+and then by nobody: a listener whose connection turns out to be pooled (see
+:class:`._pool.Session`) stops at once and says so in :attr:`Listener.refused`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from psycopg import sql
 
 from jobcore.errors import redact
 
-from ._pool import BoundedConnection
+from ._pool import BoundedConnection, Session
 
 __all__ = ["PROBE_AFTER", "Listener", "channel_for"]
 
@@ -63,12 +67,19 @@ class Listener:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        self.refused: str | None = None
+        """Why this listener stopped for good (its connection goes through a transaction pooler), or None."""
         self._thread = threading.Thread(target=self._run, name=f"jobcore-listen-{channel}", daemon=True)
         self._thread.start()
         self._ready.wait(10)  # LISTEN is in place before subscribe() returns (when the server answers)
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = BoundedConnection.connect(self._conninfo, **self._kwargs)
+        conn = BoundedConnection.connect(self._conninfo, session=Session({}), **self._kwargs)
+        if conn.pooled:
+            conn.close()
+            self.refused = "the wake-up connection goes through a transaction pooler, where LISTEN cannot work"
+            self._stop.set()
+            raise psycopg.OperationalError(self.refused)
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         except BaseException:
@@ -108,6 +119,7 @@ class Listener:
                 self._listen(self._conn)
             except psycopg.Error as exc:
                 if self._stop.is_set():
+                    self._ready.set()  # refused: subscribe() reads why at once
                     break
                 if self._conn is not None:  # once per lost connection, not per failed reconnect
                     log.warning("jobcore listener lost its connection (%s); reconnecting", redact(exc))

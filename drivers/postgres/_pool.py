@@ -10,6 +10,18 @@ never sees the statement (a stalled socket, a frozen proxy or server), where the
 server's own ``statement_timeout`` cannot help. Connecting is bounded by libpq's
 ``connect_timeout`` (default :data:`DEFAULT_CONNECT_TIMEOUT` here).
 
+:class:`Session` is what a connection sets up once it is open: UTC, generic plans and the
+server's ``statement_timeout``, with ``set_config`` in one statement rather than as the
+``options`` startup parameter (PgBouncer refuses that parameter). Behind a transaction
+pooler (PgBouncer ``pool_mode = transaction`` and the like) a session setting would land
+on whichever server connection ran that statement, and a prepared statement would not be
+there for the next transaction: such a connection sets nothing and prepares nothing
+(``prepare_threshold = None``), and the driver's statements do not depend on the session
+(times are normalised to UTC on the way out). Whether a pooler sits in between is
+configured (``pooler="transaction"``/``"none"``) or, by default, detected on each new
+connection: libpq's backend pid (from the server's BackendKeyData, which a pooler makes up
+for its client) differs from ``pg_backend_pid()`` behind a pooler.
+
 :class:`Pool` is what a driver built from a URL uses: at most ``max_size`` connections,
 each opened when a caller needs one (in the caller's thread, so after an outage the
 first call once the server accepts connections gets one at once: no background
@@ -36,14 +48,18 @@ from psycopg_pool import PoolClosed, PoolTimeout
 
 from jobcore.errors import UrlInvalid, redact, secrets_of
 
+from ._sql import SESSION
+
 __all__ = [
     "CLOCK_READ_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
+    "POOLER_MODES",
     "BoundedConnection",
     "CallTimeout",
     "ConnectFailed",
     "Pool",
+    "Session",
     "alive",
     "bounded",
     "check_conninfo",
@@ -67,6 +83,55 @@ SERVER_SHARE: Final = 0.9
 statement the server is merely slow at is cancelled there first (the connection stays
 usable) and the client's bound is left for what the server cannot see."""
 _WAIT_INTERVAL: Final = 0.1  # psycopg's own: how often a wait wakes to check for signals
+POOLER_MODES: Final = ("auto", "transaction", "none")
+"""``pooler=``: detect a pooler on each new connection, treat every connection as pooled, or as direct."""
+
+
+def _named_in(options: str) -> set[str]:
+    """The settings a libpq ``options`` string sets (``-c name=value``, ``-cname=value``, ``--name=value``)."""
+    names: set[str] = set()
+    words = options.split()
+    for index, word in enumerate(words):
+        if word == "-c" and index + 1 < len(words):
+            setting = words[index + 1]
+        elif word.startswith(("-c", "--")) and len(word) > 2:
+            setting = word[2:]
+        else:
+            continue
+        names.add(setting.partition("=")[0].replace("-", "_").lower())
+    return names
+
+
+class Session:
+    """The settings a new connection applies with ``set_config`` (direct connections only),
+    and whether a pooler is in between (``mode``: one of :data:`POOLER_MODES`).
+
+    ``settings`` the caller's own ``options`` name are left to them (theirs win).
+    """
+
+    __slots__ = ("mode", "settings")
+
+    def __init__(self, settings: dict[str, str], mode: str = "auto") -> None:
+        self.settings = dict(settings)
+        self.mode = mode
+
+    def apply(self, conn: psycopg.Connection[Any]) -> bool:
+        """Set ``conn`` up; answers whether a pooler sits in between (then nothing was set
+        and ``conn`` will prepare no statement)."""
+        if self.mode == "transaction":
+            conn.prepare_threshold = None
+            return True
+        params = {
+            "pid": conn.info.backend_pid, "direct": self.mode == "none",
+            "names": list(self.settings), "values": list(self.settings.values()),
+        }
+        with conn.cursor() as cur:
+            cur.execute(SESSION, params, prepare=False)
+            row = cur.fetchone()
+        direct = bool(row and row[0])
+        if not direct:
+            conn.prepare_threshold = None
+        return not direct
 
 
 class CallTimeout(psycopg.OperationalError):
@@ -118,10 +183,14 @@ class BoundedConnection(psycopg.Connection[Any]):
     """
 
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT
+    pooled: bool | None = None
+    """Whether a transaction pooler sits between this connection and the server (None: no
+    :class:`Session` set it up)."""
 
     @classmethod
-    def connect(  # type: ignore[override]  # one more keyword than psycopg's
-        cls, conninfo: str = "", *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT, **kwargs: Any,
+    def connect(  # type: ignore[override]  # more keywords than psycopg's
+        cls, conninfo: str = "", *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        session: Session | None = None, **kwargs: Any,
     ) -> BoundedConnection:
         """Connect as psycopg does; a failure raises :class:`ConnectFailed` naming the target."""
         try:
@@ -132,6 +201,12 @@ class BoundedConnection(psycopg.Connection[Any]):
             raise failed from exc
         cls.last_failure = None
         conn.call_timeout = call_timeout
+        if session is not None:
+            try:
+                conn.pooled = session.apply(conn)
+            except BaseException:
+                conn.close()
+                raise
         return conn
 
     last_failure: ClassVar[ConnectFailed | None] = None
@@ -171,27 +246,30 @@ def _millis(span: timedelta) -> int:
 
 
 def connect_kwargs(
-    conninfo: str, *, statement_timeout: timedelta | None, call_timeout: timedelta | None, **extra: Any,
+    conninfo: str, *, statement_timeout: timedelta | None, call_timeout: timedelta | None, pooler: str = "auto",
+    **extra: Any,
 ) -> dict[str, Any]:
-    """What every connection of the driver is opened with: autocommit, UTC, generic plans,
-    the server's ``statement_timeout`` (given, else :data:`SERVER_SHARE` of ``call_timeout``),
-    ``connect_timeout`` unless the conninfo names one, and the client-side ``call_timeout``.
-    ``extra`` (psycopg's keywords: ``cursor_factory``, ``options``...) wins."""
+    """What every connection of the driver is opened with: autocommit, ``connect_timeout``
+    unless the conninfo names one, the client-side ``call_timeout``, and the :class:`Session`
+    it applies once open (UTC, generic plans, the server's ``statement_timeout``: given, else
+    :data:`SERVER_SHARE` of ``call_timeout``; none of it behind a transaction pooler).
+    No startup ``options`` are sent (a pooler may refuse them); the caller's own, in the
+    conninfo, are, and the settings they name are not overridden. ``extra`` (psycopg's
+    keywords: ``cursor_factory``...) wins."""
     # Generic plans: every statement is shaped (ANY(ARRAY(...)) joins, LATERAL per queue) so
     # its generic plan reads the same indexes as a custom one, and the claim, whose custom
     # plan PostgreSQL would otherwise rebuild on every call, skips that planning.
-    options = "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan"
+    settings = {"TimeZone": "UTC", "plan_cache_mode": "force_generic_plan"}
     server = statement_timeout if statement_timeout is not None else (
         None if call_timeout is None else call_timeout * SERVER_SHARE
     )
     if server is not None:
-        options += f" -c statement_timeout={_millis(server)}"
+        settings["statement_timeout"] = str(_millis(server))
     params = check_conninfo(conninfo)
-    given = params.get("options")  # keep the caller's own -c settings too (later ones win)
-    if given:
-        options = f"{options} {given}"
+    given = _named_in(str(params.get("options") or ""))
+    settings = {name: value for name, value in settings.items() if name.lower() not in given}
     kwargs: dict[str, Any] = {
-        "autocommit": True, "options": options,
+        "autocommit": True, "session": Session(settings, pooler),
         "call_timeout": None if call_timeout is None else call_timeout.total_seconds(),
     }
     if params.get("connect_timeout") is None:

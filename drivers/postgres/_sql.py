@@ -60,6 +60,17 @@ def _claimed_view(prefix: str) -> str:
 _LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
 _FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
 
+SESSION: Final = (
+    b"SELECT pg_backend_pid() = %(pid)s::int OR %(direct)s::bool,"
+    b" CASE WHEN pg_backend_pid() = %(pid)s::int OR %(direct)s::bool THEN"
+    b" (SELECT string_agg(set_config(n, v, false), ',') FROM unnest(%(names)s::text[], %(values)s::text[]) AS s (n, v))"
+    b" END"
+)
+"""A new connection's set-up, one round trip (:class:`._pool.Session`): whether the backend
+pid libpq was given is the server's (``direct`` forces yes), and only then the session
+settings ``names``/``values`` (a transaction pooler would leave them on some other client's
+server connection)."""
+
 NOW: Final = "coalesce(%(now)s::timestamptz, date_trunc('milliseconds', now()))"
 """The store's time for a statement: ``now()`` (the transaction's start, so one value
 throughout a statement or transaction) to the millisecond, or the injected clock's

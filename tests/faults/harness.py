@@ -238,6 +238,29 @@ def own_postgres() -> Store:
     return store
 
 
+def own_postgres_through_pgbouncer(**settings: str) -> Store:
+    """:func:`own_postgres` with PgBouncer (transaction pooling, its defaults but ``settings``)
+    in front: the driver and the workers go through it, wake-ups over the server itself."""
+    from jobcore.drivers.postgres import PostgresDriver  # noqa: PLC0415
+
+    from fixtures.pgbouncer import Bouncer, find_pgbouncer  # noqa: PLC0415 - fixtures/ is a test-tree package
+
+    binary = find_pgbouncer()
+    if binary is None:
+        raise RuntimeError("no pgbouncer binary (apt-get install pgbouncer)")
+    direct = own_postgres()
+    try:
+        bouncer = Bouncer(binary, direct.server.url, settings=settings).start()
+        direct.cleanups.append(bouncer.stop)
+        driver = PostgresDriver(bouncer.url, schema=direct.driver.schema, clock=SystemClock(),
+                                listen_url=direct.server.url)
+    except Exception:
+        direct.close()
+        raise
+    direct.cleanups.append(driver.close)
+    return Store(kind="postgres", driver=driver, url=str(driver.url), server=direct.server, cleanups=direct.cleanups)
+
+
 class SecantusServer:
     """The MongoDB-wire test server on a fixed port and storage directory: ``stop()``, ``start()``."""
 

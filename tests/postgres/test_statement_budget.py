@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import psycopg
 import pytest
-from jobcore.drivers.postgres import PostgresDriver, make_pool
+from jobcore.drivers.postgres import PostgresDriver, _sql, make_pool
 
 from jobcore.registry import Registry
 from jobcore.worker import Worker
@@ -92,6 +92,7 @@ def counted(pg_url: str, make: Callable[..., Any]) -> Iterator[tuple[PostgresDri
 def _names(driver: PostgresDriver, sent: list[bytes]) -> list[str]:
     """Each statement's constant name in ``_sql`` (``?`` for one the driver does not know)."""
     known = {value: name for name, value in vars(driver.q).items() if isinstance(value, bytes)}
+    known[_sql.SESSION] = "SESSION"  # a new connection's set-up (UTC, generic plans, timeouts)
     return [known.get(text, "LISTEN" if b"LISTEN" in text[:40] else "?") for text in sent]
 
 
@@ -218,7 +219,8 @@ def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDr
     unknown = [text[:80] for text, name in zip(recorder_sent, names, strict=True) if name == "?"]
     assert not unknown
     assert names.count("LISTEN") == 1  # the wake-up subscription, once per worker
-    assert {"LISTEN", "CLAIM", "ACK_MANY"} <= set(names) <= {"LISTEN", "CLAIM", "START", "ACK_MANY"}
+    assert names.count("SESSION") <= 1 + 3  # once per new connection: the LISTEN one, and at most the pool's 3 more
+    assert {"LISTEN", "CLAIM", "ACK_MANY"} <= set(names) <= {"SESSION", "LISTEN", "CLAIM", "START", "ACK_MANY"}
     assert names.count("ACK_MANY") <= JOBS
     assert names.count("START") <= JOBS  # runners start what is waiting together; never one job twice
     assert names.count("CLAIM") - 1 <= JOBS  # at most one claim per job, plus the poll that found none
