@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 import pytest
-from jobcore.parity._support import LEASE, claim_one, refused, together
+from jobcore.parity._support import LEASE, all_jobs, claim_one, refused, together
 
 from jobcore import validate as v
 from jobcore.clock import ManualClock
@@ -220,14 +220,21 @@ def test_L03_requeued_job_old_token_is_dead(driver: JobDriver) -> None:
 
 
 def test_L03_token_for_unknown_job(driver: JobDriver) -> None:
-    """A token naming a job id the store never had answers False/None."""
+    """A token naming a job id the store never had answers False/None and writes nothing."""
     job = driver.enqueue("a")
     token = claim_one(driver).token
-    driver.ack(token)
-    driver.introspect.remove(job.id)
-    assert driver.heartbeat(token, 60) is False
-    assert driver.ack(token) is None
-    assert driver.nack(token, "x") is None
+    before = driver.introspect.get(job.id)
+    for never in {f"{job.id}0", f"{job.id}1", "0", "no-such-job"} - {job.id}:
+        assert driver.introspect.get(never) is None  # the store never had it
+        forged = attrs.evolve(token, job_id=never)
+        assert driver.heartbeat(forged, 60) is False
+        assert driver.ack(forged, "x") is None
+        assert driver.nack(forged, "x") is None
+        assert driver.ack_many([(forged, "x"), (forged, "y")]) == [None, None]
+        assert driver.introspect.get(never) is None  # and still has not
+    assert driver.introspect.get(job.id) == before
+    assert [j.id for j in all_jobs(driver)] == [job.id]
+    assert driver.ack(token, "mine") is not None
 
 
 # --- L04 ------------------------------------------------------------------------------
