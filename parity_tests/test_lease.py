@@ -134,13 +134,29 @@ def test_L02_new_holders_result_counts(driver: JobDriver, clock: ManualClock) ->
 
 def test_L02_same_worker_reclaiming_gets_a_new_token(driver: JobDriver, clock: ManualClock) -> None:
     """Even the same worker id reclaiming its own lapsed job invalidates its older token."""
-    driver.enqueue("a")
+    job = driver.enqueue("a")
     old = claim_one(driver, worker="w1", lease=10).token
     clock.advance(seconds=10)
     new = claim_one(driver, worker="w1").token
     assert new != old
+    held = driver.introspect.get(job.id)
+    assert driver.heartbeat(old, 600) is False
+    assert driver.introspect.get(job.id) == held
     assert driver.ack(old) is None
     assert driver.ack(new) is not None
+
+
+def test_L02_superseded_heartbeat_does_not_extend_the_new_lease(driver: JobDriver, clock: ManualClock) -> None:
+    """An old holder's heartbeat after a reclaim leaves the new lease to lapse on time."""
+    job = driver.enqueue("a", max_attempts=5)
+    old = claim_one(driver, worker="w1", lease=10).token
+    clock.advance(seconds=10)
+    claim_one(driver, worker="w2", lease=20)
+    clock.advance(seconds=5)
+    assert driver.heartbeat(old, 600) is False
+    clock.advance(seconds=15)  # the new holder's lease lapses now, as it would have without the old heartbeat
+    third = claim_one(driver, worker="w3")
+    assert (third.job.id, third.job.claim_no) == (job.id, 3)
 
 
 def test_L02_late_ack_racing_a_reclaim_never_both(driver: JobDriver, clock: ManualClock) -> None:
@@ -217,6 +233,18 @@ def test_L03_requeued_job_old_token_is_dead(driver: JobDriver) -> None:
     assert new.claim_no == old.claim_no + 1
     _assert_token_dead(driver, old, job.id)
     assert driver.ack(new) is not None
+
+
+def test_L03_retried_job_old_token_cannot_heartbeat(driver: JobDriver, clock: ManualClock) -> None:
+    """After a retry the same worker claims again: its old token neither renews nor settles the new claim."""
+    job = driver.enqueue("a", max_attempts=3)
+    old = claim_one(driver, worker="w1", lease=10).token
+    assert driver.nack(old, "retry") is not None
+    new = claim_one(driver, worker="w1", lease=10).token
+    assert (new.worker_id, new.claim_no) == (old.worker_id, old.claim_no + 1)
+    _assert_token_dead(driver, old, job.id)
+    clock.advance(seconds=10)  # the new claim lapses on time: the old heartbeat moved nothing
+    assert claim_one(driver, worker="w2").job.id == job.id
 
 
 def test_L03_token_for_unknown_job(driver: JobDriver) -> None:
