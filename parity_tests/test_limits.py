@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from jobcore.parity._support import LEASE, all_jobs, claim_one, finished_job, refused
 
-from jobcore import validate as v
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
 from jobcore.records import JobFilter, JobSpec, JobState, RetentionPolicy
@@ -31,6 +30,34 @@ MS = timedelta(milliseconds=1)
 ZERO = RetentionPolicy(done=0, failed=0, cancelled=0, dead=0)
 HEAVY_BUDGET = 20.0
 """Seconds a scenario may spend writing the rows past a cap before it is skipped as too slow."""
+
+
+class L:
+    """The limits as ``docs/rules.md`` publishes them, written out here rather than read from
+    :mod:`jobcore.validate`: a driver (or a change to the shared checks) that moves a limit
+    fails these scenarios. ``tests/test_limits_table.py`` checks them against the page."""
+
+    MAX_PAYLOAD_BYTES = 1_048_576
+    MAX_ERROR_TEXT_BYTES = 16_384
+    MAX_JSON_DEPTH = 64
+    MAX_NAME_LENGTH = 200
+    MAX_ENQUEUE_BATCH = 10_000
+    MAX_CLAIM_BATCH = 1000
+    MAX_BULK_ROWS = 1000
+    DEFAULT_PAGE = 100
+    MAX_PAGE = 200
+    DEFAULT_MAX_ATTEMPTS = 20
+    MAX_ATTEMPTS = 1000
+    PRIORITY_MIN = -2_147_483_648
+    PRIORITY_MAX = 2_147_483_647
+    MIN_LEASE = timedelta(milliseconds=1)
+    MAX_LEASE = timedelta(days=7)
+    MAX_DELAY = timedelta(days=36_500)
+    MAX_SPREAD = timedelta(hours=1)
+    MAX_PRUNE_ROWS = 100_000
+    DEFAULT_PRUNE_ROWS = 10_000
+    DEFAULT_PRUNE_BATCH = 500
+    MAX_QUEUES = 100
 
 
 def _nested(depth: int) -> Any:
@@ -64,7 +91,7 @@ def _fill(driver: JobDriver, rows: int, **spec: Any) -> None:
 
 def test_E03_S01_payload_and_result_of_exactly_max_payload_bytes(driver: JobDriver) -> None:
     """A payload or result of MAX_PAYLOAD_BYTES of JSON is stored whole; one byte more is refused, unwritten."""
-    fits = "x" * (v.MAX_PAYLOAD_BYTES - 2)  # the two quotes make it exactly the limit
+    fits = "x" * (L.MAX_PAYLOAD_BYTES - 2)  # the two quotes make it exactly the limit
     with refused("JC_PAYLOAD_INVALID"):
         driver.enqueue("p", fits + "x")
     assert all_jobs(driver) == []
@@ -84,9 +111,9 @@ def test_E03_S01_payload_and_result_of_exactly_max_payload_bytes(driver: JobDriv
 
 def test_S02_O01_error_text_of_exactly_max_error_text_bytes(driver: JobDriver) -> None:
     """An error text or cancel reason of MAX_ERROR_TEXT_BYTES is recorded whole; one byte more is refused."""
-    fits = "é" * (v.MAX_ERROR_TEXT_BYTES // 2)  # two bytes a character
+    fits = "é" * (L.MAX_ERROR_TEXT_BYTES // 2)  # two bytes a character
     over = fits[:-1] + "xyz"
-    assert len(fits.encode()) == v.MAX_ERROR_TEXT_BYTES == len(over.encode()) - 1
+    assert len(fits.encode()) == L.MAX_ERROR_TEXT_BYTES == len(over.encode()) - 1
     job = driver.enqueue("a", max_attempts=3)
     token = claim_one(driver).token
     before = driver.introspect.get(job.id)
@@ -117,14 +144,14 @@ def state_is(driver: JobDriver, job_id: str, state: JobState) -> bool:
 def test_E03_payload_nested_exactly_max_json_depth(driver: JobDriver) -> None:
     """Lists nested MAX_JSON_DEPTH deep round-trip; one level deeper is refused, unwritten."""
     with refused("JC_PAYLOAD_INVALID"):
-        driver.enqueue("p", _nested(v.MAX_JSON_DEPTH + 1))
+        driver.enqueue("p", _nested(L.MAX_JSON_DEPTH + 1))
     with refused("JC_PAYLOAD_INVALID"):
-        driver.enqueue("p", {"deep": _nested(v.MAX_JSON_DEPTH)})  # the object is a level too
+        driver.enqueue("p", {"deep": _nested(L.MAX_JSON_DEPTH)})  # the object is a level too
     assert all_jobs(driver) == []
-    job = driver.enqueue("p", _nested(v.MAX_JSON_DEPTH))
+    job = driver.enqueue("p", _nested(L.MAX_JSON_DEPTH))
     stored = driver.introspect.get(job.id)
     assert stored is not None
-    assert stored.payload == _nested(v.MAX_JSON_DEPTH)
+    assert stored.payload == _nested(L.MAX_JSON_DEPTH)
 
 
 # --- MAX_NAME_LENGTH -----------------------------------------------------------------------
@@ -132,7 +159,7 @@ def test_E03_payload_nested_exactly_max_json_depth(driver: JobDriver) -> None:
 
 def test_E04_K01_names_of_exactly_max_name_length(driver: JobDriver) -> None:
     """Names, queues, keys, worker ids and lease keys of MAX_NAME_LENGTH characters work; one more is refused."""
-    fits, over = "é" * v.MAX_NAME_LENGTH, "é" * (v.MAX_NAME_LENGTH + 1)  # characters, not bytes
+    fits, over = "é" * L.MAX_NAME_LENGTH, "é" * (L.MAX_NAME_LENGTH + 1)  # characters, not bytes
     for option in ({"queue": over}, {"key": over}):
         with refused("JC_OPTION_INVALID"):
             driver.enqueue("a", **option)
@@ -161,10 +188,10 @@ def test_E05_batch_of_exactly_max_enqueue_batch(driver: JobDriver) -> None:
     """enqueue_many takes MAX_ENQUEUE_BATCH specs; one more refuses the whole batch, nothing written."""
     same = JobSpec(name="a", key="one")  # one row stored however many specs name it: cheap on every store
     with refused("JC_OPTION_INVALID"):
-        driver.enqueue_many([JobSpec(name="fresh"), *[same] * v.MAX_ENQUEUE_BATCH])
+        driver.enqueue_many([JobSpec(name="fresh"), *[same] * L.MAX_ENQUEUE_BATCH])
     assert all_jobs(driver) == []
-    answers = driver.enqueue_many([JobSpec(name="fresh"), *[same] * (v.MAX_ENQUEUE_BATCH - 1)])
-    assert len(answers) == v.MAX_ENQUEUE_BATCH
+    answers = driver.enqueue_many([JobSpec(name="fresh"), *[same] * (L.MAX_ENQUEUE_BATCH - 1)])
+    assert len(answers) == L.MAX_ENQUEUE_BATCH
     assert [a.duplicate for a in answers[:3]] == [False, False, True]
     assert {a.id for a in answers[2:]} == {answers[1].id}
     assert sorted(j.name for j in all_jobs(driver)) == ["a", "fresh"]
@@ -177,15 +204,15 @@ def test_C05_claim_limit_of_exactly_max_claim_batch(driver: JobDriver) -> None:
     """claim(limit=MAX_CLAIM_BATCH) is accepted and takes that many of more; one more is refused, nothing claimed."""
     job = driver.enqueue("a")
     with refused("JC_OPTION_INVALID"):
-        driver.claim(["default"], worker_id="w", limit=v.MAX_CLAIM_BATCH + 1, lease=LEASE)
+        driver.claim(["default"], worker_id="w", limit=L.MAX_CLAIM_BATCH + 1, lease=LEASE)
     assert state_is(driver, job.id, JobState.READY)
-    assert len(driver.claim(["default"], worker_id="w", limit=v.MAX_CLAIM_BATCH, lease=LEASE).claimed) == 1
-    _afford(driver, v.MAX_CLAIM_BATCH + 1,
+    assert len(driver.claim(["default"], worker_id="w", limit=L.MAX_CLAIM_BATCH, lease=LEASE).claimed) == 1
+    _afford(driver, L.MAX_CLAIM_BATCH + 1,
             lambda probe: driver.claim(["probe"], worker_id="w", limit=50, lease=LEASE))
-    _fill(driver, v.MAX_CLAIM_BATCH + 1, queue="many")
-    taken = driver.claim(["many"], worker_id="w", limit=v.MAX_CLAIM_BATCH, lease=LEASE).claimed
-    assert len(taken) == v.MAX_CLAIM_BATCH
-    assert len(driver.claim(["many"], worker_id="w", limit=v.MAX_CLAIM_BATCH, lease=LEASE).claimed) == 1
+    _fill(driver, L.MAX_CLAIM_BATCH + 1, queue="many")
+    taken = driver.claim(["many"], worker_id="w", limit=L.MAX_CLAIM_BATCH, lease=LEASE).claimed
+    assert len(taken) == L.MAX_CLAIM_BATCH
+    assert len(driver.claim(["many"], worker_id="w", limit=L.MAX_CLAIM_BATCH, lease=LEASE).claimed) == 1
 
 
 # --- MAX_BULK_ROWS --------------------------------------------------------------------------
@@ -203,21 +230,21 @@ def test_O05_bulk_limit_of_exactly_max_bulk_rows(driver: JobDriver) -> None:
     }
     for verb in verbs.values():
         with refused("JC_OPTION_INVALID"):
-            verb(None, limit=v.MAX_BULK_ROWS + 1)
+            verb(None, limit=L.MAX_BULK_ROWS + 1)
     assert all_jobs(driver) == snapshot
-    assert driver.introspect.promote_many(None, limit=v.MAX_BULK_ROWS).affected == 1
-    assert driver.introspect.requeue_many(None, limit=v.MAX_BULK_ROWS).affected == 1
-    assert driver.introspect.cancel_many(None, limit=v.MAX_BULK_ROWS).affected == 3
-    assert driver.introspect.remove_many(None, limit=v.MAX_BULK_ROWS).affected == 3
+    assert driver.introspect.promote_many(None, limit=L.MAX_BULK_ROWS).affected == 1
+    assert driver.introspect.requeue_many(None, limit=L.MAX_BULK_ROWS).affected == 1
+    assert driver.introspect.cancel_many(None, limit=L.MAX_BULK_ROWS).affected == 3
+    assert driver.introspect.remove_many(None, limit=L.MAX_BULK_ROWS).affected == 3
     assert [driver.introspect.get(j.id) for j in (ready, later, done)] == [None, None, None]
 
 
 def test_O05_bulk_default_limit_is_max_bulk_rows(driver: JobDriver) -> None:
     """A *_many call without a limit moves MAX_BULK_ROWS rows and reports the rest remaining."""
-    _afford(driver, v.MAX_BULK_ROWS + 1, driver.introspect.remove_many)
-    _fill(driver, v.MAX_BULK_ROWS + 1)
+    _afford(driver, L.MAX_BULK_ROWS + 1, driver.introspect.remove_many)
+    _fill(driver, L.MAX_BULK_ROWS + 1)
     first = driver.introspect.remove_many()
-    assert (first.affected, first.remaining) == (v.MAX_BULK_ROWS, 1)
+    assert (first.affected, first.remaining) == (L.MAX_BULK_ROWS, 1)
     assert len(all_jobs(driver)) == 1
 
 
@@ -226,25 +253,25 @@ def test_O05_bulk_default_limit_is_max_bulk_rows(driver: JobDriver) -> None:
 
 def test_O07_default_page_holds_default_page_jobs(driver: JobDriver) -> None:
     """list() without a limit answers DEFAULT_PAGE jobs of more, and a cursor to the rest."""
-    _fill(driver, v.DEFAULT_PAGE + 1)
+    _fill(driver, L.DEFAULT_PAGE + 1)
     page = driver.introspect.list()
-    assert len(page.jobs) == v.DEFAULT_PAGE
+    assert len(page.jobs) == L.DEFAULT_PAGE
     assert page.after is not None
     assert len(driver.introspect.list(after=page.after).jobs) == 1
 
 
 def test_O07_O08_page_limit_of_exactly_max_page(driver: JobDriver) -> None:
     """list and dead_letters take limit=MAX_PAGE; one more is refused with its code."""
-    _fill(driver, v.MAX_PAGE + 1)
+    _fill(driver, L.MAX_PAGE + 1)
     dead = finished_job(driver, "dead")
     with refused("JC_PAGE_INVALID"):
-        driver.introspect.list(limit=v.MAX_PAGE + 1)
-    page = driver.introspect.list(limit=v.MAX_PAGE)
-    assert len(page.jobs) == v.MAX_PAGE
+        driver.introspect.list(limit=L.MAX_PAGE + 1)
+    page = driver.introspect.list(limit=L.MAX_PAGE)
+    assert len(page.jobs) == L.MAX_PAGE
     assert page.jobs[0].id == dead.id  # newest first
     with refused("JC_OPTION_INVALID"):
-        driver.introspect.dead_letters(limit=v.MAX_PAGE + 1)
-    assert [j.id for j in driver.introspect.dead_letters(limit=v.MAX_PAGE)] == [dead.id]
+        driver.introspect.dead_letters(limit=L.MAX_PAGE + 1)
+    assert [j.id for j in driver.introspect.dead_letters(limit=L.MAX_PAGE)] == [dead.id]
 
 
 # --- DEFAULT_MAX_ATTEMPTS and MAX_ATTEMPTS ---------------------------------------------------
@@ -253,24 +280,24 @@ def test_O07_O08_page_limit_of_exactly_max_page(driver: JobDriver) -> None:
 def test_E01_default_max_attempts_runs_exactly_that_many_times(driver: JobDriver) -> None:
     """A job enqueued without max_attempts gets DEFAULT_MAX_ATTEMPTS: retried until that many failed, then dead."""
     job = driver.enqueue("a")
-    assert job.max_attempts == v.DEFAULT_MAX_ATTEMPTS
-    for attempt in range(1, v.DEFAULT_MAX_ATTEMPTS):
+    assert job.max_attempts == L.DEFAULT_MAX_ATTEMPTS
+    for attempt in range(1, L.DEFAULT_MAX_ATTEMPTS):
         retried = driver.nack(claim_one(driver).token, f"failure {attempt}")
         assert retried is not None
         assert (retried.state, retried.attempt) == (JobState.SCHEDULED, attempt)
     dead = driver.nack(claim_one(driver).token, "the last failure")
     assert dead is not None
-    assert (dead.state, dead.attempt) == (JobState.DEAD, v.DEFAULT_MAX_ATTEMPTS)
+    assert (dead.state, dead.attempt) == (JobState.DEAD, L.DEFAULT_MAX_ATTEMPTS)
 
 
 def test_E04_max_attempts_of_exactly_max_attempts(driver: JobDriver) -> None:
     """max_attempts=MAX_ATTEMPTS is stored; one more is refused, nothing written."""
     with refused("JC_OPTION_INVALID"):
-        driver.enqueue("a", max_attempts=v.MAX_ATTEMPTS + 1)
+        driver.enqueue("a", max_attempts=L.MAX_ATTEMPTS + 1)
     with refused("JC_OPTION_INVALID"):
-        driver.enqueue_many([JobSpec(name="a"), JobSpec(name="a", max_attempts=v.MAX_ATTEMPTS + 1)])
+        driver.enqueue_many([JobSpec(name="a"), JobSpec(name="a", max_attempts=L.MAX_ATTEMPTS + 1)])
     assert all_jobs(driver) == []
-    assert driver.enqueue("a", max_attempts=v.MAX_ATTEMPTS).max_attempts == v.MAX_ATTEMPTS
+    assert driver.enqueue("a", max_attempts=L.MAX_ATTEMPTS).max_attempts == L.MAX_ATTEMPTS
 
 
 # --- PRIORITY_MIN and PRIORITY_MAX ---------------------------------------------------------
@@ -278,14 +305,14 @@ def test_E04_max_attempts_of_exactly_max_attempts(driver: JobDriver) -> None:
 
 def test_E04_priority_of_exactly_priority_min_and_max(driver: JobDriver) -> None:
     """PRIORITY_MIN and PRIORITY_MAX are stored and claimed in order; one past either is refused, unwritten."""
-    for priority in (v.PRIORITY_MIN - 1, v.PRIORITY_MAX + 1):
+    for priority in (L.PRIORITY_MIN - 1, L.PRIORITY_MAX + 1):
         with refused("JC_OPTION_INVALID"):
             driver.enqueue("a", priority=priority)
     assert all_jobs(driver) == []
-    low = driver.enqueue("a", priority=v.PRIORITY_MIN)
-    high = driver.enqueue("a", priority=v.PRIORITY_MAX)
+    low = driver.enqueue("a", priority=L.PRIORITY_MIN)
+    high = driver.enqueue("a", priority=L.PRIORITY_MAX)
     middle = driver.enqueue("a")
-    assert (low.priority, high.priority) == (v.PRIORITY_MIN, v.PRIORITY_MAX)
+    assert (low.priority, high.priority) == (L.PRIORITY_MIN, L.PRIORITY_MAX)
     claimed = driver.claim(["default"], worker_id="w", limit=3, lease=LEASE).claimed
     assert [c.job.id for c in claimed] == [high.id, middle.id, low.id]
 
@@ -294,7 +321,7 @@ def test_E04_priority_of_exactly_priority_min_and_max(driver: JobDriver) -> None
 
 
 @pytest.mark.parametrize(
-    ("fits", "over"), [(v.MIN_LEASE, v.MIN_LEASE - timedelta(microseconds=1)), (v.MAX_LEASE, v.MAX_LEASE + MS)],
+    ("fits", "over"), [(L.MIN_LEASE, L.MIN_LEASE - timedelta(microseconds=1)), (L.MAX_LEASE, L.MAX_LEASE + MS)],
     ids=["min_lease", "max_lease"],
 )
 def test_C09_L04_K01_lease_of_exactly_min_and_max_lease(
@@ -330,12 +357,12 @@ def test_C09_L04_K01_lease_of_exactly_min_and_max_lease(
 def test_E04_delay_of_exactly_max_delay(driver: JobDriver, clock: ManualClock) -> None:
     """delay=MAX_DELAY schedules the job that far ahead; one millisecond more is refused, nothing written."""
     with refused("JC_OPTION_INVALID"):
-        driver.enqueue("a", delay=v.MAX_DELAY + MS)
+        driver.enqueue("a", delay=L.MAX_DELAY + MS)
     with refused("JC_OPTION_INVALID"):
-        driver.enqueue_many([JobSpec(name="a"), JobSpec(name="a", delay=v.MAX_DELAY + MS)])
+        driver.enqueue_many([JobSpec(name="a"), JobSpec(name="a", delay=L.MAX_DELAY + MS)])
     assert all_jobs(driver) == []
-    job = driver.enqueue("a", delay=v.MAX_DELAY)
-    assert (job.state, job.run_at) == (JobState.SCHEDULED, clock.now() + v.MAX_DELAY)
+    job = driver.enqueue("a", delay=L.MAX_DELAY)
+    assert (job.state, job.run_at) == (JobState.SCHEDULED, clock.now() + L.MAX_DELAY)
 
 
 # --- MAX_SPREAD ------------------------------------------------------------------------------
@@ -346,11 +373,11 @@ def test_O06_spread_of_exactly_max_spread(driver: JobDriver, clock: ManualClock)
     finished = [finished_job(driver, "dead") for _ in range(2)]
     snapshot = all_jobs(driver)
     with refused("JC_OPTION_INVALID"):
-        driver.introspect.requeue_many(None, spread=v.MAX_SPREAD + MS)
+        driver.introspect.requeue_many(None, spread=L.MAX_SPREAD + MS)
     assert all_jobs(driver) == snapshot
-    assert driver.introspect.requeue_many(None, spread=v.MAX_SPREAD).affected == 2
+    assert driver.introspect.requeue_many(None, spread=L.MAX_SPREAD).affected == 2
     due = sorted(driver.introspect.get(j.id).run_at for j in finished)  # type: ignore[union-attr]
-    assert due == [clock.now(), clock.now() + v.MAX_SPREAD / 2]
+    assert due == [clock.now(), clock.now() + L.MAX_SPREAD / 2]
 
 
 # --- MAX_PRUNE_ROWS, DEFAULT_PRUNE_ROWS and DEFAULT_PRUNE_BATCH -----------------------------
@@ -359,23 +386,23 @@ def test_O06_spread_of_exactly_max_spread(driver: JobDriver, clock: ManualClock)
 def test_R01_prune_limit_and_batch_of_exactly_their_maximum(driver: JobDriver) -> None:
     """prune takes limit=MAX_PRUNE_ROWS and batch=MAX_BULK_ROWS; one more of either is refused, nothing deleted."""
     job = finished_job(driver, "done")
-    for options in ({"limit": v.MAX_PRUNE_ROWS + 1}, {"batch": v.MAX_BULK_ROWS + 1}):
+    for options in ({"limit": L.MAX_PRUNE_ROWS + 1}, {"batch": L.MAX_BULK_ROWS + 1}):
         with refused("JC_OPTION_INVALID"):
             driver.introspect.prune(ZERO, **options)
     assert driver.introspect.get(job.id) == job
-    result = driver.introspect.prune(ZERO, limit=v.MAX_PRUNE_ROWS, batch=v.MAX_BULK_ROWS)
+    result = driver.introspect.prune(ZERO, limit=L.MAX_PRUNE_ROWS, batch=L.MAX_BULK_ROWS)
     assert result.total_removed == 1
     assert driver.introspect.get(job.id) is None
 
 
 def test_R01_default_prune_removes_at_most_default_prune_rows(driver: JobDriver) -> None:
     """A prune without a limit deletes DEFAULT_PRUNE_ROWS rows, in default-sized batches, and reports the rest."""
-    _afford(driver, v.DEFAULT_PRUNE_ROWS + 1, driver.introspect.cancel_many)
-    _fill(driver, v.DEFAULT_PRUNE_ROWS + 1)
+    _afford(driver, L.DEFAULT_PRUNE_ROWS + 1, driver.introspect.cancel_many)
+    _fill(driver, L.DEFAULT_PRUNE_ROWS + 1)
     while driver.introspect.cancel_many().remaining:
         pass
     result = driver.introspect.prune(ZERO)
-    assert result.total_removed == v.DEFAULT_PRUNE_ROWS
+    assert result.total_removed == L.DEFAULT_PRUNE_ROWS
     assert sum(result.remaining.values()) == 1
     assert len(all_jobs(driver)) == 1
 
@@ -385,7 +412,7 @@ def test_R01_default_prune_removes_at_most_default_prune_rows(driver: JobDriver)
 
 def test_C04_claim_of_exactly_a_hundred_queues(driver: JobDriver) -> None:
     """A claim names up to 100 queues and reads the last of them; a 101st is refused, nothing claimed."""
-    queues = [f"q{i:03d}" for i in range(100)]
+    queues = [f"q{i:03d}" for i in range(L.MAX_QUEUES)]
     job = driver.enqueue("a", queue=queues[-1])
     with refused("JC_OPTION_INVALID"):
         driver.claim([*queues, "q100"], worker_id="w", lease=LEASE)
