@@ -96,6 +96,22 @@ def test_L01_only_the_exact_token_is_current(driver: JobDriver) -> None:
     assert driver.introspect.get(job.id) == before
 
 
+def test_L01_a_worker_cannot_renew_a_job_another_holds(driver: JobDriver, clock: ManualClock) -> None:
+    """A heartbeat naming a job another worker holds (same claim number) answers False and moves nothing."""
+    driver.enqueue("a")
+    theirs = driver.enqueue("a")
+    own = claim_one(driver, worker="w1", lease=10).token
+    held = claim_one(driver, worker="w2", lease=10).token
+    assert held.claim_no == own.claim_no
+    before = driver.introspect.get(theirs.id)
+    clock.advance(seconds=5)
+    assert driver.heartbeat(attrs.evolve(own, job_id=theirs.id), 600) is False
+    assert driver.introspect.get(theirs.id) == before
+    assert driver.heartbeat(own, 600) is True
+    clock.advance(seconds=5)  # w2's lease lapses on time; w1 renewed its own
+    assert claim_one(driver, worker="w3").job.id == theirs.id
+
+
 # --- L02 ------------------------------------------------------------------------------
 
 

@@ -553,6 +553,20 @@ def test_S07_forged_tokens_in_a_batch_land_nothing(driver: JobDriver) -> None:
     assert driver.introspect.get(jobs[1].id) == before
 
 
+def test_S07_a_batch_naming_another_workers_job_lands_only_its_own(driver: JobDriver) -> None:
+    """A worker whose batch names a job another worker holds (same claim number) settles only its own job."""
+    mine = driver.enqueue("a")
+    theirs = driver.enqueue("a")
+    own = claim_one(driver, worker="w1").token
+    held = claim_one(driver, worker="w2")
+    assert (own.claim_no, held.token.claim_no, held.job.id) == (1, 1, theirs.id)
+    before = driver.introspect.get(theirs.id)
+    answers = driver.ack_many([(attrs.evolve(own, job_id=theirs.id), "not mine"), (own, "mine")])
+    assert [a.id if a else None for a in answers] == [None, mine.id]
+    assert driver.introspect.get(theirs.id) == before
+    assert driver.ack(held.token, "theirs") is not None
+
+
 def test_S07_old_claim_of_the_same_worker_in_a_batch_lands_nothing(driver: JobDriver) -> None:
     """After a retry the same worker claims again; a batch with its old and new tokens lands the new one once."""
     job = driver.enqueue("a", max_attempts=3)

@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drivers", default="memory,postgres,mongo", help="run mutants of these drivers only")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--count", action="store_true", help="run past the first failure: how many scenarios kill each")
+    parser.add_argument("--select", nargs="+", metavar="PYTEST_ARG",
+                        help="run these pytest selections instead of each mutant's own")
     parser.add_argument("--baseline", action="store_true",
                         help="run each mutant's scenarios on the unmutated copy instead (all must pass)")
     args = parser.parse_args(argv)
@@ -330,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             with _tree() as root:
                 if not args.baseline:
                     _apply(root, mutant)
-                outcome, took, last = _run(root, mutant, env, count=args.count)
+                run = dataclasses.replace(mutant, tests=tuple(args.select)) if args.select else mutant
+                outcome, took, last = _run(root, run, env, count=args.count)
             results.append((mutant, outcome))
             print(f"{outcome:8} {took:6.1f}s  {mutant.name:34} {mutant.why}  [{last}]", flush=True)
     if args.baseline:
