@@ -67,14 +67,18 @@ def _nested(depth: int) -> Any:
     return value
 
 
-def _afford(driver: JobDriver, rows: int, move: Callable[[JobFilter], Any]) -> None:
+def _afford(driver: JobDriver, rows: int, move: Callable[[JobFilter], Any], *, per_row_grows: bool = False) -> None:
     """Skip the rest of the scenario when this store would take longer than HEAVY_BUDGET to
-    write ``rows`` and ``move`` them (timed on a probe of 50 rows in their own queue)."""
+    write ``rows`` and ``move`` them (timed on a probe of 50 rows in their own queue).
+
+    ``per_row_grows``: moving a row costs in proportion to the rows waiting (a store that
+    sorts the due set for each row it claims), so the projection grows with the square.
+    """
     probe = JobFilter(queue="probe")
     began = time.monotonic()
     driver.enqueue_many([JobSpec(name="probe", queue="probe")] * 50)
     move(probe)
-    projected = (time.monotonic() - began) / 50 * rows
+    projected = (time.monotonic() - began) / 50 * rows * (rows / 50 if per_row_grows else 1)
     driver.introspect.cancel_many(probe)
     driver.introspect.remove_many(probe)
     if projected > HEAVY_BUDGET:
@@ -208,7 +212,7 @@ def test_C05_claim_limit_of_exactly_max_claim_batch(driver: JobDriver) -> None:
     assert state_is(driver, job.id, JobState.READY)
     assert len(driver.claim(["default"], worker_id="w", limit=L.MAX_CLAIM_BATCH, lease=LEASE).claimed) == 1
     _afford(driver, L.MAX_CLAIM_BATCH + 1,
-            lambda probe: driver.claim(["probe"], worker_id="w", limit=50, lease=LEASE))
+            lambda probe: driver.claim(["probe"], worker_id="w", limit=50, lease=LEASE), per_row_grows=True)
     _fill(driver, L.MAX_CLAIM_BATCH + 1, queue="many")
     taken = driver.claim(["many"], worker_id="w", limit=L.MAX_CLAIM_BATCH, lease=LEASE).claimed
     assert len(taken) == L.MAX_CLAIM_BATCH
