@@ -507,7 +507,12 @@ class Worker:
         self._run()
 
     def request_stop(self, drain_timeout: float | None = None) -> None:
-        """Ask the worker to stop claiming and drain; returns at once (safe in signal handlers)."""
+        """Ask the worker to stop claiming and drain; returns at once (safe in signal handlers).
+
+        Asked again with a ``drain_timeout`` while a drain is under way, it moves that
+        drain's end (counted from when the drain began): ``request_stop(drain_timeout=0)``
+        abandons the handlers still running at once.
+        """
         if drain_timeout is not None:
             self._drain_override = max(0.0, float(drain_timeout))
         self._stopping.set()
@@ -1534,12 +1539,16 @@ class Worker:
             self._settles.put(_Settle(attempt, "nack", error=error, options={"counts_as_attempt": False}))
 
     def _shutdown(self) -> None:
+        began = time.monotonic()
         timeout = self.drain_timeout if self._drain_override is None else self._drain_override
-        deadline = time.monotonic() + timeout
         self._give_back()
         with self._cond:
             while self._busy > 0 and not self._killed:
-                remaining = deadline - time.monotonic()
+                # A later request_stop(drain_timeout=...) (a second SIGTERM) moves the end of
+                # a drain already under way: it counts from when the drain began.
+                if self._drain_override is not None:
+                    timeout = self._drain_override
+                remaining = began + timeout - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
@@ -1555,6 +1564,7 @@ class Worker:
                 attempt.job.id, attempt.job.name, timeout,
             )
             self._call_off(attempt, "the worker is shutting down")
+        deadline = began + timeout
         self._drained = not abandoned and not self._killed
         with self._lock:
             self._runners_closed = True

@@ -46,6 +46,8 @@ class FaultyDriver:
         self.in_flight: Counter[str] = Counter()
         """Calls of each op blocked by ``freeze`` or ``hold_replies`` right now."""
         self.calls: Counter[str] = Counter()
+        self.failed_settles: list[tuple[str, dict[str, Any]]] = []
+        """``(op, keyword options)`` of each settle ``settle_failures`` made fail, in order."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -96,6 +98,7 @@ class FaultyDriver:
                 raise BackendUnavailable("the scenario cut the database off for heartbeats")
             if op in _SETTLES and self.settle_failures > 0:
                 self.settle_failures -= 1
+                self.failed_settles.append((op, dict(kwargs)))
                 raise BackendUnavailable("the scenario cut the database off for this settle")
             if op in self._frozen:
                 self.in_flight[op] += 1

@@ -97,6 +97,15 @@ def test_C02_enqueue_order_breaks_ties(driver: JobDriver) -> None:
     assert _ids(result) == [jobs[2].id, extra.id]
 
 
+def test_C02_a_small_claim_takes_the_best_of_many_due(driver: JobDriver, clock: ManualClock) -> None:
+    """A claim of one job takes the highest priority among many due, not the oldest."""
+    older = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(5)])
+    clock.advance(seconds=1)
+    urgent = driver.enqueue("a", priority=1)
+    assert _ids(driver.claim(["default"], worker_id="w", limit=1, lease=LEASE)) == [urgent.id]
+    assert _ids(driver.claim(["default"], worker_id="w", limit=2, lease=LEASE)) == [older[0].id, older[1].id]
+
+
 def test_C02_order_spans_the_named_queues(driver: JobDriver, clock: ManualClock) -> None:
     """Claiming from several queues merges them in one order."""
     a_low = driver.enqueue("a", queue="qa")

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+from jobcore.parity.plugin import START
 
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
@@ -242,3 +245,100 @@ def test_C03_L02_moving_clock_reclaims_land_one_settle_per_claim(driver: JobDriv
     reclaims = sum(len(c) - 1 - ledger.retries[j] for j, c in ledger.claims.items())
     assert reclaims > 0, "the moving clock should have forced reclaims"
     assert sum(ledger.burials.values()) > 0, "some final attempts should have lapsed and been buried"
+
+
+class YieldingClock(ManualClock):
+    """A ManualClock that gives the processor away each time it is read.
+
+    Every driver reads its clock inside claim, so claimers on many threads are switched
+    out in the middle of their claims, not only between them.
+    """
+
+    def now(self) -> datetime:
+        time.sleep(0)
+        return super().now()
+
+
+STORM_JOBS = int(os.environ.get("JOBCORE_STORM_JOBS", "120"))
+STORM_THREADS = 8
+STORM_ROUNDS = 20
+STORM_BUDGET = 1.5
+"""Seconds after which no new round starts: a fast store runs many rounds, a slow one at least one."""
+STORM_SECONDS = 60.0
+"""Wall-clock bound on one round, only so a hang fails instead of blocking."""
+
+
+def claim_storm(driver: JobDriver, jobs: int = STORM_JOBS, threads: int = STORM_THREADS) -> int:
+    """Rounds of ``jobs`` jobs claimed by ``threads`` threads switched every microsecond, until
+    :data:`STORM_BUDGET` seconds or :data:`STORM_ROUNDS` rounds; answers the rounds run.
+
+    Raises ``AssertionError("C03: ...")`` at the first job handed out twice, a claim that
+    raises, or a round after which the store hands out nothing more though a job was never
+    handed out (lost). The interpreter switches threads as often as it can meanwhile, so
+    claimers interleave inside a driver's claim (under the GIL a Python-level critical
+    section otherwise mostly runs in one slice); each claim takes up to ten jobs from
+    three queues, so its critical section is long.
+    """
+    began = time.monotonic()
+    rounds = 0
+    while rounds < STORM_ROUNDS and (rounds == 0 or time.monotonic() - began < STORM_BUDGET):
+        _storm_round(driver, [f"storm{rounds}-{q}" for q in range(3)], jobs, threads)
+        rounds += 1
+    return rounds
+
+
+def _storm_round(driver: JobDriver, names: list[str], jobs: int, threads: int) -> None:
+    specs = [JobSpec(name="storm", queue=names[n % len(names)], payload=n) for n in range(jobs)]
+    ids = {j.id for j in driver.enqueue_many(specs)}
+    lock = threading.Lock()
+    holder: dict[str, ClaimToken] = {}
+    failed = threading.Event()
+    errors: list[BaseException] = []
+    lease = timedelta(hours=1)
+    deadline = time.monotonic() + STORM_SECONDS
+
+    def claimer(index: int) -> None:
+        rng = random.Random(index)
+        try:
+            while not failed.is_set():
+                assert time.monotonic() < deadline, f"C03: a storm round did not end within {STORM_SECONDS}s"
+                try:
+                    result = driver.claim(names, worker_id=f"w{index}", limit=rng.randint(1, 10), lease=lease)
+                except Exception as exc:
+                    raise AssertionError(f"C03: a claim among concurrent claimers raised {exc!r}") from exc
+                if not result.claimed:
+                    return
+                for claimed in result.claimed:
+                    token = claimed.token
+                    with lock:
+                        other = holder.setdefault(token.job_id, token)
+                    assert other is token, f"C03: job {token.job_id} handed to {token} while {other} holds it"
+        except BaseException as exc:  # the first failure stops every claimer
+            errors.append(exc)
+            failed.set()
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=claimer, args=(i,), daemon=True) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(STORM_SECONDS + 10)
+    finally:
+        sys.setswitchinterval(previous)
+    if errors:
+        raise errors[0]
+    assert not any(w.is_alive() for w in workers), "C03: a claimer hung"
+    left = driver.claim(names, worker_id="sweeper", limit=1000, lease=lease).claimed
+    assert left == (), f"C03: {len(left)} jobs were left for a claim after every claimer found none"
+    lost = sorted(ids - set(holder))
+    assert not lost, f"C03: {len(lost)} jobs were never handed out and can no longer be claimed: {lost[:10]}"
+    assert set(holder) == ids
+
+
+def test_C03_claims_interleaved_mid_claim_hand_each_job_out_once(
+    driver_factory: Callable[..., JobDriver],
+) -> None:
+    """Eight threads switched every microsecond, a clock that yields inside claim: no job twice, none lost."""
+    assert claim_storm(driver_factory(YieldingClock(START))) >= 1

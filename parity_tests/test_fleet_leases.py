@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from jobcore.parity._support import refused, together
 
+from jobcore import validate as v
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
 
@@ -133,14 +134,19 @@ def test_K02_never_held_is_false(driver: JobDriver) -> None:
     assert leases.acquire("other", 1, "h3", TTL) is True
 
 
-def test_K02_bad_ttl_refused(driver: JobDriver, clock: ManualClock) -> None:
-    """renew with a non-positive ttl is refused and the slot keeps its expiry."""
+@pytest.mark.parametrize("ttl", [0, -1, timedelta(0), v.MAX_LEASE + timedelta(milliseconds=1)],
+                         ids=["zero", "negative", "zero_delta", "over_max"])
+def test_K02_bad_ttl_refused(driver: JobDriver, clock: ManualClock, ttl: Any) -> None:
+    """renew with a ttl out of range is refused and the slot keeps its expiry, to the millisecond."""
     leases = driver.leases
     assert leases.acquire("api", 1, "h1", TTL) is True
+    clock.advance(seconds=4)
     with refused("JC_OPTION_INVALID"):
-        leases.renew("api", "h1", 0)
-    clock.advance(TTL)
-    assert leases.acquire("api", 1, "h2", TTL) is True
+        leases.renew("api", "h1", ttl)
+    clock.advance(TTL - timedelta(seconds=4, milliseconds=1))  # 1 ms before the original expiry
+    assert leases.acquire("api", 1, "h2", TTL) is False  # not freed early
+    clock.advance(milliseconds=1)
+    assert leases.acquire("api", 1, "h2", TTL) is True  # nor kept longer
 
 
 # --- K03 ------------------------------------------------------------------------------

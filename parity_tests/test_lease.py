@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 import pytest
-from jobcore.parity._support import LEASE, claim_one, refused, together
+from jobcore.parity._support import LEASE, all_jobs, claim_one, refused, together
 
 from jobcore import validate as v
 from jobcore.clock import ManualClock
@@ -96,6 +96,22 @@ def test_L01_only_the_exact_token_is_current(driver: JobDriver) -> None:
     assert driver.introspect.get(job.id) == before
 
 
+def test_L01_a_worker_cannot_renew_a_job_another_holds(driver: JobDriver, clock: ManualClock) -> None:
+    """A heartbeat naming a job another worker holds (same claim number) answers False and moves nothing."""
+    driver.enqueue("a")
+    theirs = driver.enqueue("a")
+    own = claim_one(driver, worker="w1", lease=10).token
+    held = claim_one(driver, worker="w2", lease=10).token
+    assert held.claim_no == own.claim_no
+    before = driver.introspect.get(theirs.id)
+    clock.advance(seconds=5)
+    assert driver.heartbeat(attrs.evolve(own, job_id=theirs.id), 600) is False
+    assert driver.introspect.get(theirs.id) == before
+    assert driver.heartbeat(own, 600) is True
+    clock.advance(seconds=5)  # w2's lease lapses on time; w1 renewed its own
+    assert claim_one(driver, worker="w3").job.id == theirs.id
+
+
 # --- L02 ------------------------------------------------------------------------------
 
 
@@ -134,13 +150,29 @@ def test_L02_new_holders_result_counts(driver: JobDriver, clock: ManualClock) ->
 
 def test_L02_same_worker_reclaiming_gets_a_new_token(driver: JobDriver, clock: ManualClock) -> None:
     """Even the same worker id reclaiming its own lapsed job invalidates its older token."""
-    driver.enqueue("a")
+    job = driver.enqueue("a")
     old = claim_one(driver, worker="w1", lease=10).token
     clock.advance(seconds=10)
     new = claim_one(driver, worker="w1").token
     assert new != old
+    held = driver.introspect.get(job.id)
+    assert driver.heartbeat(old, 600) is False
+    assert driver.introspect.get(job.id) == held
     assert driver.ack(old) is None
     assert driver.ack(new) is not None
+
+
+def test_L02_superseded_heartbeat_does_not_extend_the_new_lease(driver: JobDriver, clock: ManualClock) -> None:
+    """An old holder's heartbeat after a reclaim leaves the new lease to lapse on time."""
+    job = driver.enqueue("a", max_attempts=5)
+    old = claim_one(driver, worker="w1", lease=10).token
+    clock.advance(seconds=10)
+    claim_one(driver, worker="w2", lease=20)
+    clock.advance(seconds=5)
+    assert driver.heartbeat(old, 600) is False
+    clock.advance(seconds=15)  # the new holder's lease lapses now, as it would have without the old heartbeat
+    third = claim_one(driver, worker="w3")
+    assert (third.job.id, third.job.claim_no) == (job.id, 3)
 
 
 def test_L02_late_ack_racing_a_reclaim_never_both(driver: JobDriver, clock: ManualClock) -> None:
@@ -219,15 +251,34 @@ def test_L03_requeued_job_old_token_is_dead(driver: JobDriver) -> None:
     assert driver.ack(new) is not None
 
 
+def test_L03_retried_job_old_token_cannot_heartbeat(driver: JobDriver, clock: ManualClock) -> None:
+    """After a retry the same worker claims again: its old token neither renews nor settles the new claim."""
+    job = driver.enqueue("a", max_attempts=3)
+    old = claim_one(driver, worker="w1", lease=10).token
+    assert driver.nack(old, "retry") is not None
+    new = claim_one(driver, worker="w1", lease=10).token
+    assert (new.worker_id, new.claim_no) == (old.worker_id, old.claim_no + 1)
+    _assert_token_dead(driver, old, job.id)
+    clock.advance(seconds=10)  # the new claim lapses on time: the old heartbeat moved nothing
+    assert claim_one(driver, worker="w2").job.id == job.id
+
+
 def test_L03_token_for_unknown_job(driver: JobDriver) -> None:
-    """A token naming a job id the store never had answers False/None."""
+    """A token naming a job id the store never had answers False/None and writes nothing."""
     job = driver.enqueue("a")
     token = claim_one(driver).token
-    driver.ack(token)
-    driver.introspect.remove(job.id)
-    assert driver.heartbeat(token, 60) is False
-    assert driver.ack(token) is None
-    assert driver.nack(token, "x") is None
+    before = driver.introspect.get(job.id)
+    for never in {f"{job.id}0", f"{job.id}1", "0", "no-such-job"} - {job.id}:
+        assert driver.introspect.get(never) is None  # the store never had it
+        forged = attrs.evolve(token, job_id=never)
+        assert driver.heartbeat(forged, 60) is False
+        assert driver.ack(forged, "x") is None
+        assert driver.nack(forged, "x") is None
+        assert driver.ack_many([(forged, "x"), (forged, "y")]) == [None, None]
+        assert driver.introspect.get(never) is None  # and still has not
+    assert driver.introspect.get(job.id) == before
+    assert [j.id for j in all_jobs(driver)] == [job.id]
+    assert driver.ack(token, "mine") is not None
 
 
 OUT_OF_RANGE_CLAIM_NOS = [2**63, 2**64, 2**70, -1, -(2**70)]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
+import attrs
 import pytest
-from jobcore.parity._support import LEASE, claim_one, refused
+from jobcore.parity._support import LEASE, claim_one, refused, state_of
 
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver, LandedAcks
@@ -215,6 +216,48 @@ def test_S03_dead_letter_false_still_retries_early_attempts(driver: JobDriver) -
     got = driver.nack(claim_one(driver).token, "x", dead_letter=False)
     assert got is not None
     assert got.state is JobState.SCHEDULED
+
+
+def test_S03_dead_letter_false_on_the_last_of_several_attempts(driver: JobDriver, clock: ManualClock) -> None:
+    """Retried twice with dead_letter=False, the third and last failure fails the job; no dead letter."""
+    job = driver.enqueue("a", max_attempts=3)
+    for attempt in (1, 2):
+        retried = driver.nack(claim_one(driver).token, f"failure {attempt}", dead_letter=False)
+        assert retried is not None
+        assert (retried.state, retried.attempt) == (JobState.SCHEDULED, attempt)
+    clock.advance(seconds=1)
+    got = driver.nack(claim_one(driver).token, "failure 3", dead_letter=False)
+    assert got is not None
+    assert (got.state, got.attempt, got.finished_at) == (JobState.FAILED, 3, clock.now())
+    assert [e.message for e in got.errors] == ["failure 1", "failure 2", "failure 3"]
+    assert driver.introspect.dead_letters() == []
+    assert driver.introspect.get(job.id) == got
+
+
+def test_S03_dead_letter_false_after_a_lapsed_attempt(driver: JobDriver, clock: ManualClock) -> None:
+    """A reclaimed last attempt nacked with dead_letter=False is failed, its lost attempt on record."""
+    job = driver.enqueue("a", max_attempts=2)
+    claim_one(driver, worker="w1", lease=10)
+    clock.advance(seconds=10)
+    again = claim_one(driver, worker="w2")
+    assert (again.job.id, again.job.attempt) == (job.id, 2)
+    got = driver.nack(again.token, "gone", dead_letter=False)
+    assert got is not None
+    assert got.state is JobState.FAILED
+    assert [e.type for e in got.errors] == ["LeaseExpired", "Error"]
+    assert driver.introspect.dead_letters() == []
+    assert driver.introspect.stats().count(JobState.FAILED) == 1
+
+
+def test_S03_dead_letter_decided_per_nack(driver: JobDriver) -> None:
+    """Two jobs out of attempts: the one nacked dead_letter=True is dead, the dead_letter=False one failed."""
+    kept = driver.enqueue("a", max_attempts=1)
+    dropped = driver.enqueue("a", max_attempts=1)
+    claimed = {c.job.id: c.token for c in driver.claim(["default"], worker_id="w", limit=2, lease=LEASE).claimed}
+    assert driver.nack(claimed[dropped.id], "drop me", dead_letter=False) is not None
+    assert driver.nack(claimed[kept.id], "keep me", dead_letter=True) is not None
+    assert (state_of(driver, kept.id), state_of(driver, dropped.id)) == (JobState.DEAD, JobState.FAILED)
+    assert [j.id for j in driver.introspect.dead_letters()] == [kept.id]
 
 
 # --- S04 ------------------------------------------------------------------------------
@@ -459,6 +502,83 @@ def test_S07_malformed_items_refused(driver: JobDriver, items: Any) -> None:
     got = driver.introspect.get(job.id)
     assert got is not None
     assert got.state is JobState.RUNNING
+
+
+def _two_claimed(driver: JobDriver, worker: str = "w1", lease: Any = LEASE) -> tuple[list[Job], list[Claimed]]:
+    jobs = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(2)])
+    claimed = list(driver.claim(["default"], worker_id=worker, limit=2, lease=lease).claimed)
+    assert [c.job.id for c in claimed] == [j.id for j in jobs]
+    return jobs, claimed
+
+
+def test_S07_reclaimed_token_in_a_batch_leaves_the_new_holder_alone(driver: JobDriver, clock: ManualClock) -> None:
+    """A batch holding a token superseded by another worker's reclaim lands only its current item."""
+    jobs, first = _two_claimed(driver, lease=10)
+    clock.advance(seconds=5)
+    assert driver.heartbeat(first[1].token, 60)
+    clock.advance(seconds=5)
+    stolen = claim_one(driver, worker="w2")
+    assert stolen.job.id == jobs[0].id
+    held = driver.introspect.get(jobs[0].id)
+    answers = driver.ack_many([(first[0].token, "stale"), (first[1].token, "mine")])
+    assert [a.id if a else None for a in answers] == [None, jobs[1].id]
+    assert driver.introspect.get(jobs[0].id) == held
+    assert driver.ack_many([(stolen.token, "new holder"), (first[0].token, "stale again")])[1] is None
+    got = driver.introspect.get(jobs[0].id)
+    assert got is not None
+    assert (got.state, got.result) == (JobState.DONE, "new holder")
+
+
+def test_S07_cancelled_jobs_token_in_a_batch_lands_nothing(driver: JobDriver) -> None:
+    """A job cancelled under its worker stays cancelled when a batch acks it; the rest of the batch lands."""
+    jobs, claimed = _two_claimed(driver)
+    cancelled = driver.introspect.cancel(jobs[0].id, "operator")
+    assert cancelled is not None
+    answers = driver.ack_many([(claimed[0].token, "too late"), (claimed[1].token, "fine")])
+    assert [a.state if a else None for a in answers] == [None, JobState.DONE]
+    assert driver.introspect.get(jobs[0].id) == cancelled
+
+
+def test_S07_forged_tokens_in_a_batch_land_nothing(driver: JobDriver) -> None:
+    """Tokens with another worker id or another claim_no, batched with a real one, change nothing."""
+    jobs, claimed = _two_claimed(driver)
+    before = driver.introspect.get(jobs[1].id)
+    forged = [
+        attrs.evolve(claimed[1].token, worker_id="w2"),
+        attrs.evolve(claimed[1].token, claim_no=claimed[1].token.claim_no + 1),
+        attrs.evolve(claimed[1].token, claim_no=claimed[1].token.claim_no - 1),
+    ]
+    answers = driver.ack_many([(forged[0], "x"), (forged[1], "y"), (claimed[0].token, "real"), (forged[2], "z")])
+    assert [a.id if a else None for a in answers] == [None, None, jobs[0].id, None]
+    assert driver.introspect.get(jobs[1].id) == before
+
+
+def test_S07_a_batch_naming_another_workers_job_lands_only_its_own(driver: JobDriver) -> None:
+    """A worker whose batch names a job another worker holds (same claim number) settles only its own job."""
+    mine = driver.enqueue("a")
+    theirs = driver.enqueue("a")
+    own = claim_one(driver, worker="w1").token
+    held = claim_one(driver, worker="w2")
+    assert (own.claim_no, held.token.claim_no, held.job.id) == (1, 1, theirs.id)
+    before = driver.introspect.get(theirs.id)
+    answers = driver.ack_many([(attrs.evolve(own, job_id=theirs.id), "not mine"), (own, "mine")])
+    assert [a.id if a else None for a in answers] == [None, mine.id]
+    assert driver.introspect.get(theirs.id) == before
+    assert driver.ack(held.token, "theirs") is not None
+
+
+def test_S07_old_claim_of_the_same_worker_in_a_batch_lands_nothing(driver: JobDriver) -> None:
+    """After a retry the same worker claims again; a batch with its old and new tokens lands the new one once."""
+    job = driver.enqueue("a", max_attempts=3)
+    old = claim_one(driver, worker="w1").token
+    assert driver.nack(old, "retry") is not None
+    new = claim_one(driver, worker="w1").token
+    assert new.claim_no == old.claim_no + 1
+    answers = driver.ack_many([(old, "old"), (new, "new"), (old, "old again")])
+    assert [a.result if a else None for a in answers] == [None, "new", None]
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert (got.state, got.result, got.attempt) == (JobState.DONE, "new", 2)
 
 
 # --- S07 with landed_only (drivers declaring ack_landed_only) ---------------------------

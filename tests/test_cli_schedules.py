@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from jobcore.drivers.memory import MemoryDriver
+from jobcore.parity._faulty import FaultyDriver
 
 from jobcore import cli
 from jobcore.clock import ManualClock
@@ -111,8 +112,12 @@ def test_worker_runs_a_scheduler_thread_unless_told_not_to() -> None:
     driver = MemoryDriver(clock=clock)
     registry = Registry()
     registry.job(name="tick", queue="ticks", schedule=every(60))(lambda payload: None)
-    off = Worker("ticks", driver=driver, registry=registry, scheduler=False, poll_interval=0.05).start()
-    time.sleep(0.2)  # real time for the worker's threads; the store must stay untouched
+    counted = FaultyDriver(driver)  # no faults: it counts the worker's calls
+    off = Worker("ticks", driver=counted, registry=registry, scheduler=False, poll_interval=0.05).start()  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while counted.calls["claim"] < 3:  # the worker is past its start-up and claiming
+        assert time.monotonic() < deadline, "the worker never claimed"
+        time.sleep(0.01)
     assert off.stop(5)
     assert off.scheduler is None
     assert driver.schedules.list() == []

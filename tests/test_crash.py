@@ -13,9 +13,8 @@ supervisor would. A poison job SIGKILLs whichever worker runs it. At the end:
 
 Real time is needed (the workers are other processes), so the store is made on a
 ``SystemClock`` and leases are short (1 s). The worker processes reach the test's
-isolated store through a URL: the driver's own ``url`` when it has one, else one
-built from the test server's URL and the store's schema (PostgreSQL) or database
-(MongoDB).
+isolated store through the driver's own ``url``, which a driver declaring
+``shared_store`` offers (chosen by capability, never by driver class).
 """
 
 from __future__ import annotations
@@ -31,12 +30,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from fixtures.mongo import server as mongo_server
-from fixtures.postgres import server_url
 from jobcore.clock import SystemClock
 from jobcore.driver import JobDriver
 from jobcore.records import JobFilter, JobSpec, JobState
@@ -168,36 +164,25 @@ class Fleet:
                 proc.wait()
 
 
-def _with_url_option(url: str, **options: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in options]
-    return urlunsplit(parts._replace(query=urlencode([*query, *options.items()])))
+def store_url(driver: JobDriver) -> str:
+    """A URL that ``jobcore.connect`` in another process resolves to ``driver``'s isolated store.
 
-
-def store_url(driver: JobDriver, config: pytest.Config) -> str | None:
-    """A URL that ``jobcore.connect`` in another process resolves to ``driver``'s isolated store."""
+    A driver declaring ``shared_store`` offers it as ``url`` (the parity suite's contract).
+    """
     own = getattr(driver, "url", None)
-    if isinstance(own, str):
-        return own
-    kind = type(driver).__name__
-    if kind == "PostgresDriver":
-        return _with_url_option(server_url(config), schema=driver.schema)  # type: ignore[attr-defined]
-    if kind == "MongoDriver":
-        database = driver._jobs.database.name  # type: ignore[attr-defined]
-        return urlunsplit(urlsplit(mongo_server(config).url)._replace(path=f"/{database}"))
-    return None
+    if not isinstance(own, str):
+        pytest.fail(f"{type(driver).__name__} declares shared_store but has no str `url` reaching its store")
+    return own
 
 
 def test_sigkilled_workers_lose_no_job_and_settle_none_twice(
-    driver_factory: Callable[..., JobDriver], tmp_path: Path, pytestconfig: pytest.Config
+    driver_factory: Callable[..., JobDriver], tmp_path: Path
 ) -> None:
     """A few thousand jobs, workers SIGKILLed at random: every job finishes exactly once, fenced."""
     driver = driver_factory(SystemClock())  # the worker processes live in real time
     if "shared_store" not in driver.capabilities:
         pytest.skip("driver lacks capability shared_store")
-    url = store_url(driver, pytestconfig)
-    if url is None:
-        pytest.skip("no URL reaches this driver's store from another process")
+    url = store_url(driver)
     jobs_py = tmp_path / "crash_jobs.py"
     jobs_py.write_text(JOBS_MODULE)
     executions_log = tmp_path / "executions.log"

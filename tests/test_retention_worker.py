@@ -7,11 +7,13 @@ real thread (the pruner's cadence is real time).
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
 import pytest
 from jobcore.drivers.memory import MemoryDriver
+from jobcore.parity._faulty import FaultyDriver
 from jobcore.parity._support import finished_job, together
 
 from jobcore import events
@@ -114,9 +116,18 @@ def test_worker_prunes_on_its_interval_and_retention_none_turns_it_off() -> None
     driver = MemoryDriver(clock=clock)
     for _ in range(3):
         finished_job(driver, "done")
-    off = Worker("idle", driver=driver, retention=None, prune_interval=0.01, poll_interval=0.01).start()
-    time.sleep(0.1)
-    off.stop()
+    clock.advance(days=3650)  # far past any retention: a pruner of any policy would delete them all
+    counted = FaultyDriver(driver)  # no faults: it counts the worker's calls
+    off = Worker("idle", driver=counted, retention=None, prune_interval=0.01, poll_interval=0.01)  # type: ignore[arg-type]
+    off.start()
+    try:
+        deadline = time.monotonic() + 10
+        while counted.calls["claim"] < 20:  # twenty polls: many prune intervals of real time
+            assert time.monotonic() < deadline, "the worker never claimed"
+            time.sleep(0.01)
+        assert f"jobcore-pruner-{off.worker_id}" not in {t.name for t in threading.enumerate()}
+    finally:
+        off.stop()
     assert _finished(driver) == 3
     assert Worker("idle", driver=driver).retention == DEFAULT_RETENTION
     worker = Worker("idle", driver=driver, retention=ZERO, prune_interval=0.02, poll_interval=0.01).start()

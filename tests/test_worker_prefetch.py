@@ -62,6 +62,19 @@ def _setup(prefetch: int) -> tuple[MemoryDriver, ManualClock, Registry, threadin
     return driver, clock, registry, started, release, worker
 
 
+def _count_loop_turns(worker: Worker) -> list[int]:
+    """A one-item list counting the claim loop's turns (each asks how far to prefetch)."""
+    turns = [0]
+    target = worker._backlog_target
+
+    def counted() -> int:
+        turns[0] += 1
+        return target()
+
+    worker._backlog_target = counted  # type: ignore[method-assign]
+    return turns
+
+
 def _states(driver: MemoryDriver) -> list[JobState]:
     jobs = [driver.introspect.get(str(i)) for i in range(1, 6)]
     return [j.state for j in jobs if j is not None]
@@ -111,11 +124,13 @@ def test_prefetched_jobs_are_leased_heartbeated_and_given_back_unspent_on_stop()
 
 def test_no_prefetch_claims_only_free_slots() -> None:
     driver, _clock, _registry, started, release, worker = _setup(prefetch=0)
+    turns = _count_loop_turns(worker)
     worker.start()
     try:
         assert started.wait(5.0)
-        time.sleep(0.05)  # several claim-loop turns: none may take more than the one slot
-        assert _states(driver).count(JobState.RUNNING) == 1
+        seen = turns[0]
+        wait_until(lambda: turns[0] >= seen + 5, "several claim-loop turns with the slot busy")
+        assert _states(driver).count(JobState.RUNNING) == 1  # none took more than the one slot
         release.set()
         wait_until(lambda: all(state is JobState.DONE for state in _states(driver)), "every job done")
     finally:
@@ -127,10 +142,12 @@ def test_slow_handlers_are_not_prefetched() -> None:
     """A handler slower than a claim round trip gets no jobs held back for it."""
     driver, _clock, _registry, started, release, worker = _setup(prefetch=3)
     worker._run_time, worker._claim_rtt = 1.0, 0.001
+    turns = _count_loop_turns(worker)
     worker.start()
     try:
         assert started.wait(5.0)
-        time.sleep(0.05)
+        seen = turns[0]
+        wait_until(lambda: turns[0] >= seen + 5, "several claim-loop turns with the slot busy")
         assert _states(driver).count(JobState.RUNNING) == 1
         release.set()
         wait_until(lambda: all(state is JobState.DONE for state in _states(driver)), "every job done")

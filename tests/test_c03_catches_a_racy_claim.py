@@ -1,0 +1,44 @@
+"""The C03 storm scenario catches a claim with no mutual exclusion, fast.
+
+A memory driver whose lock is a fresh one on every use (so ``claim`` excludes nothing)
+passed the whole parity suite before issue 24: under the GIL its critical section
+rarely interleaved. :func:`jobcore.parity.test_concurrency.claim_storm` forces
+interleaving; here it must fail, as C03, well within its time bound.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from jobcore.drivers.memory import MemoryDriver
+from jobcore.parity.plugin import START
+from jobcore.parity.test_concurrency import STORM_SECONDS, YieldingClock, claim_storm
+
+
+class FreshLockDriver(MemoryDriver):
+    """The memory driver with every ``with self._lock`` taking a brand-new lock: no exclusion."""
+
+    @property  # type: ignore[override]
+    def _lock(self) -> threading.RLock:  # type: ignore[override]
+        return threading.RLock()
+
+    @_lock.setter
+    def _lock(self, _value: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_the_storm_fails_a_claim_without_exclusion_as_C03_fast(run: int) -> None:
+    """Three runs: each fails with a C03 message (a job handed out twice or lost) in a fraction of the bound."""
+    driver = FreshLockDriver(clock=YieldingClock(START))
+    began = time.monotonic()
+    with pytest.raises(AssertionError, match=r"^C03: "):
+        claim_storm(driver)
+    assert time.monotonic() - began < STORM_SECONDS / 4
+
+
+def test_the_storm_passes_the_real_memory_driver() -> None:
+    """The same storm on the memory driver as shipped hands every job out once."""
+    assert claim_storm(MemoryDriver(clock=YieldingClock(START))) >= 1
