@@ -447,6 +447,15 @@ def test_O06_explicit_spread_window(driver: JobDriver, clock: ManualClock) -> No
     assert len(driver.claim(["finishing"], worker_id="w", limit=10, lease=LEASE).claimed) == 4
 
 
+def test_O06_uneven_spread_truncates_to_the_millisecond(driver: JobDriver, clock: ManualClock) -> None:
+    """Row i of n is due at now + spread * i / n, truncated (not rounded) to the millisecond."""
+    jobs = [finished_job(driver, "done") for _ in range(3)]
+    now = clock.now()
+    assert driver.introspect.requeue_many(spread=timedelta(milliseconds=1000)) == _bulk(3, 0)
+    run_ats = [j.run_at for j in (driver.introspect.get(x.id) for x in jobs) if j is not None]
+    assert run_ats == [now + timedelta(milliseconds=ms) for ms in (0, 333, 666)]
+
+
 def test_O06_default_spread_and_zero_spread(driver: JobDriver, clock: ManualClock) -> None:
     """The default spread is 10 ms a row; spread=0 makes every row due now."""
     spread_jobs = [finished_job(driver, "done", queue="a") for _ in range(3)]

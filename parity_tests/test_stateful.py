@@ -35,6 +35,7 @@ Profiles (``JOBCORE_STATEFUL``):
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -78,6 +79,15 @@ REQUIRED_EVENTS = (
     "removed: prune",
 )
 """Outcomes besides the state machine's edges that every run must reach at least once."""
+
+RARE = frozenset({
+    *(str(t) for t in TRANSITIONS if t.trigger in (
+        "requeue_many: spread", "nack: attempts used up", "nack: attempts used up, dropped", "claim: burial",
+        "claim: burial, dropped", "rescue: burial", "claim: lease lapsed, reclaimed", "resume", "nack: park",
+    ) or t.source == "suspended"),
+    *REQUIRED_EVENTS[:2],
+})
+"""Goals random steps reach least (measured before steering existed); steering tries them first."""
 
 
 def profile(driver_name: str) -> settings:
@@ -159,6 +169,7 @@ class DriverVersusModel(RuleBasedStateMachine):
         self.held_claims = "deferred_start" in self.driver.capabilities  # F04
         self.seen = seen  # the run's tally, across examples
         self.reported: collections.Counter[Any] = collections.Counter()  # this example's moves already counted
+        self.noted: collections.Counter[str] = collections.Counter()  # this example's required events
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -166,9 +177,10 @@ class DriverVersusModel(RuleBasedStateMachine):
         return millis(self.clock.now())
 
     def note(self, what: str) -> None:
-        """An outcome worth counting: a hypothesis event, and one more in the run's tally."""
+        """An outcome worth counting: a hypothesis event, and one more in the run's and the example's tally."""
         event(what)
         self.seen[what] += 1
+        self.noted[what] += 1
 
     def in_state(self, *states: str) -> list[int]:
         """Model ids of the jobs now in one of ``states``, oldest first."""
@@ -408,7 +420,11 @@ class DriverVersusModel(RuleBasedStateMachine):
     def requeue_held_key(self, index: int, spec: dict[str, Any]) -> None:
         """E02/O02: once a live job of its name holds its key again, requeue of a finished job is refused."""
         pool = self.finished_with_key()
-        job = self.model.jobs[pool[index % len(pool)]]
+        self.hold_key_then_requeue(pool[index % len(pool)], spec)
+
+    def hold_key_then_requeue(self, seq: int, spec: dict[str, Any]) -> None:
+        """Enqueue a job of finished job ``seq``'s name and key, then requeue ``seq``: refused (E02)."""
+        job = self.model.jobs[seq]
         spec = {**spec, "name": job.name, "key": job.key, "when": None}
         options, due = self._options(spec)
         name, payload = options.pop("name"), options.pop("payload")
@@ -444,7 +460,11 @@ class DriverVersusModel(RuleBasedStateMachine):
     def forged_token(self, index: int, verb: str, other_worker: bool, shift: int) -> None:
         """L02: another worker with the current claim_no, or the holder with another one, changes nothing."""
         running = self.in_state("running")
-        job = self.model.jobs[running[index % len(running)]]
+        self.forge(running[index % len(running)], verb, other_worker, shift)
+
+    def forge(self, seq: int, verb: str, other_worker: bool, shift: int) -> None:
+        """A forged token for running job ``seq`` must land nowhere (L02)."""
+        job = self.model.jobs[seq]
         assert job.worker_id is not None
         if other_worker:
             worker = next(w for w in (*WORKERS, "w-forged") if w != job.worker_id)
@@ -618,22 +638,8 @@ class DriverVersusModel(RuleBasedStateMachine):
         if job.lease_expires_at > self.now():
             self.clock.advance(job.lease_expires_at - self.now())
 
-    @precondition(lambda self: self.model.jobs)
-    @rule(index=pick, worker=st.sampled_from(WORKERS), lease=leases, reason=st.sampled_from([None, "steered"]))
-    def steer(self, index: int, worker: str, lease: timedelta, reason: str | None) -> None:
-        """Take an open edge of the job state machine that this example has taken least often.
-
-        Random verbs rarely find a suspended job to resume or a lapsed final attempt to bury
-        with ``drop_exhausted``; this rule looks at the store, lists the edges one call can
-        take (:meth:`open_edges`) and takes one of the least taken, through the same checked
-        calls the other rules make. What the call answers is still compared with the model.
-        """
-        edges = self.open_edges()
-        if not edges:
-            return
-        fewest = min(self.model.moves[edge] for edge, _ in edges)
-        least = [pair for pair in edges if self.model.moves[pair[0]] == fewest]
-        edge, job = least[index % len(least)]
+    def take(self, edge: Transition, job: MJob, worker: str, lease: timedelta, reason: str | None) -> None:
+        """Move ``job`` along ``edge`` (one of :meth:`open_edges`) with the verb its trigger names."""
         trigger, seq = edge.trigger, job.seq
         if trigger in ("claim", "claim: once due"):
             if job.run_at > self.now():
@@ -653,7 +659,7 @@ class DriverVersusModel(RuleBasedStateMachine):
             pair = self.current_pair(seq)
             assert pair is not None
             self.settle_nack(
-                pair, index, True, None, trigger != "nack: attempts used up, dropped",
+                pair, seq, True, None, trigger != "nack: attempts used up, dropped",
                 trigger == "nack: fail", trigger != "nack: attempt given back", trigger == "nack: park",
             )
         elif trigger == "requeue_many: spread":
@@ -661,11 +667,64 @@ class DriverVersusModel(RuleBasedStateMachine):
         else:  # an operator verb named by the trigger: cancel, requeue, promote, resume
             self.operate(trigger, self.ids[seq], seq, reason)
 
+    def goals(self, worker: str, lease: timedelta, reason: str | None) -> list[tuple[str, Callable[[], None]]]:
+        """What one steering move can reach from here: an edge, or a required event, and how."""
+        found: list[tuple[str, Callable[[], None]]] = [
+            (str(edge), functools.partial(self.take, edge, job, worker, lease, reason))
+            for edge, job in self.open_edges()
+        ]
+        running = self.in_state("running")
+        if running:
+            seq = running[-1]
+            found += [
+                ("fenced: another worker, the current claim_no", functools.partial(self.forge, seq, "ack", True, 0)),
+                ("fenced: the holder, another claim_no", functools.partial(self.forge, seq, "heartbeat", False, -1)),
+                ("refused: remove JC_JOB_NOT_REMOVABLE",
+                 functools.partial(self.operate, "remove", self.ids[seq], seq, reason)),
+            ]
+        keyed = self.finished_with_key()
+        if keyed:
+            spec = {"queue": "q1", "priority": 0, "max_attempts": 2, "n": 0}
+            found.append(("refused: requeue JC_JOB_DUPLICATE", functools.partial(
+                self.hold_key_then_requeue, keyed[-1], spec)))
+        unparked = [seq for seq, job in self.model.jobs.items() if job.state != "suspended"]
+        if unparked:
+            found.append(("refused: resume JC_JOB_NOT_RESUMABLE", functools.partial(
+                self.operate, "resume", self.ids[unparked[-1]], unparked[-1], reason)))
+        return found
+
     @precondition(lambda self: self.model.jobs)
-    @rule(index=pick, worker=st.sampled_from(WORKERS), lease=leases, reason=st.sampled_from([None, "steered"]))
-    def steer_too(self, index: int, worker: str, lease: timedelta, reason: str | None) -> None:
+    @rule(
+        index=pick, moves=st.integers(1, 3), worker=st.sampled_from(WORKERS), lease=leases,
+        reason=st.sampled_from([None, "steered"]),
+    )
+    def steer(self, index: int, moves: int, worker: str, lease: timedelta, reason: str | None) -> None:
+        """Take the edges of the job state machine this example has taken least often.
+
+        Random verbs rarely find a suspended job to resume or a lapsed final attempt to bury
+        with ``drop_exhausted``; this rule looks at the store, lists what one call can reach
+        (:meth:`goals`: the open edges, forged tokens, refusals), and makes up to ``moves``
+        calls, each reaching a goal this example has reached least, the rare ones
+        (:data:`RARE`) first, through the same checked calls the other rules make.
+        """
+        for _ in range(moves):
+            found = self.goals(worker, lease, reason)
+            if not found:
+                return
+            here = collections.Counter({str(edge): n for edge, n in self.model.moves.items()}) + self.noted
+            rank = {goal: (here[goal], goal not in RARE) for goal, _ in found}
+            best = min(rank.values())
+            chosen = [(goal, act) for goal, act in found if rank[goal] == best]
+            chosen[index % len(chosen)][1]()
+
+    @precondition(lambda self: self.model.jobs)
+    @rule(
+        index=pick, moves=st.integers(1, 3), worker=st.sampled_from(WORKERS), lease=leases,
+        reason=st.sampled_from([None, "steered"]),
+    )
+    def steer_too(self, index: int, moves: int, worker: str, lease: timedelta, reason: str | None) -> None:
         """The same rule again: swarm testing (which switches whole rules off per example) rarely drops both."""
-        self.steer(index, worker, lease, reason)
+        self.steer(index, moves, worker, lease, reason)
 
     @rule(step=steps)
     def advance_clock(self, step: timedelta) -> None:
