@@ -19,7 +19,7 @@ finished one, claim a queue holding a lapsed lease (naming the job in
 Profiles (``JOBCORE_STATEFUL``):
 
 * ``ci`` (default): derandomized, so every run and every driver sees the same examples;
-  :data:`CI_EXAMPLES` per driver (memory 300, PostgreSQL 100, MongoDB 25, another
+  :data:`CI_EXAMPLES` per driver (memory 300, PostgreSQL 100, MongoDB 20, another
   driver 100) of up to ``JOBCORE_STATEFUL_STEPS`` steps (default 40).
   ``JOBCORE_STATEFUL_EXAMPLES`` overrides the count.
 * ``deep``: 1,000 random (not derandomized) examples per driver, for a search before a
@@ -63,7 +63,7 @@ from jobcore.errors import JobcoreError
 from jobcore.records import ClaimToken, Job, JobFilter, RetentionPolicy
 from jobcore.states import TRANSITIONS, Transition
 
-CI_EXAMPLES = {"memory": 300, "postgres": 100, "mongo": 25}
+CI_EXAMPLES = {"memory": 300, "postgres": 100, "mongo": 20}
 """Examples per driver in the derandomized CI profile; another driver runs 100."""
 DEEP_EXAMPLES = 1000
 STEPS = int(os.environ.get("JOBCORE_STATEFUL_STEPS", "40"))
