@@ -92,7 +92,10 @@ RARE = frozenset({
 
 def profile(driver_name: str) -> settings:
     """The hypothesis settings for ``driver_name`` under the ``JOBCORE_STATEFUL`` profile."""
-    deep = os.environ.get("JOBCORE_STATEFUL", "ci") == "deep"
+    chosen = os.environ.get("JOBCORE_STATEFUL", "ci")
+    if chosen not in ("ci", "deep"):
+        raise pytest.UsageError(f"JOBCORE_STATEFUL must be ci or deep, got {chosen!r}")
+    deep = chosen == "deep"
     count = DEEP_EXAMPLES if deep else CI_EXAMPLES.get(driver_name, 100)
     return settings(
         max_examples=int(os.environ.get("JOBCORE_STATEFUL_EXAMPLES", count)),
