@@ -47,17 +47,19 @@ def rule_ids_of(test_name: str) -> list[str]:
     return match.group(1).rstrip("_").split("_") if match else []
 
 
+def scenario_functions_of(path: Path) -> dict[str, ast.FunctionDef]:
+    """``{test name: node}`` for every ``test_*`` function in one file, in classes too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return {
+        node.name: node  # type: ignore[misc]  # async scenarios are read the same way
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+    }
+
+
 def scenario_functions(directory: Path = SCENARIO_DIR) -> dict[str, dict[str, ast.FunctionDef]]:
     """``{file name: {test name: node}}`` for every ``test_*`` function in the scenario files."""
-    found: dict[str, dict[str, ast.FunctionDef]] = {}
-    for path in sorted(directory.glob("test_*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        found[path.name] = {
-            node.name: node
-            for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
-        }
-    return found
+    return {path.name: scenario_functions_of(path) for path in sorted(directory.glob("test_*.py"))}
 
 
 def scenarios_by_rule(functions: dict[str, dict[str, ast.FunctionDef]]) -> dict[str, list[str]]:
@@ -167,18 +169,20 @@ class Assertions:
         if key in self._verdicts:
             return self._verdicts[key]
         self._verdicts[key] = False  # while deciding: a recursive call alone proves nothing
-        functions, imported = self.module(path)
-        node = functions.get(name)
-        verdict = False
-        if node is not None:
-            called = [
-                (path, call.func.id) if call.func.id in functions else imported.get(call.func.id)
-                for call in ast.walk(node)
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-            ]
-            verdict = self.checks_directly(node) or any(self.asserts(*t) for t in called if t is not None)
+        node = self.module(path)[0].get(name)
+        verdict = node is not None and self.node_asserts(path, node)
         self._verdicts[key] = verdict
         return verdict
+
+    def node_asserts(self, path: Path, node: ast.AST) -> bool:
+        """Whether ``node`` (a function of module ``path``, nested or not) or a helper it calls asserts."""
+        functions, imported = self.module(path)
+        called = [
+            (path, call.func.id) if call.func.id in functions else imported.get(call.func.id)
+            for call in ast.walk(node)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+        ]
+        return self.checks_directly(node) or any(self.asserts(*t) for t in called if t is not None)
 
 
 def silent_scenarios(directory: Path = SCENARIO_DIR, checker: Assertions | None = None) -> list[str]:
@@ -187,8 +191,8 @@ def silent_scenarios(directory: Path = SCENARIO_DIR, checker: Assertions | None 
     return [
         f"{path.name}::{name}"
         for path in sorted(directory.glob("test_*.py"))
-        for name in checker.module(path)[0]
-        if rule_ids_of(name) and not checker.asserts(path, name)
+        for name, node in scenario_functions_of(path).items()
+        if rule_ids_of(name) and not checker.node_asserts(path, node)
     ]
 
 
@@ -295,11 +299,14 @@ def test_completeness_check_catches_a_silent_scenario(tmp_path: Path) -> None:
         "def test_Z01_raises():\n    'Expects a refusal.'\n    with pytest.raises(ValueError):\n        int('x')\n"
         "def test_Z01_imported_helper():\n    'Through two helpers.'\n    deeper(1)\n"
         "def test_Z01_local_helper():\n    'A helper of the module.'\n    _local(1)\n"
-        "def test_helper_not_a_scenario():\n    pass\n",
+        "def test_helper_not_a_scenario():\n    pass\n"
+        "class TestGrouped:\n    def test_Z01_in_a_class(self):\n        'Silent too.'\n",
         encoding="utf-8",
     )
     checker = Assertions({"jobcore.parity": tmp_path})
-    silent = ["test_z.py::test_Z01_docstring_only", "test_z.py::test_Z01_quiet_helper"]
+    silent = [
+        "test_z.py::test_Z01_docstring_only", "test_z.py::test_Z01_quiet_helper", "test_z.py::test_Z01_in_a_class"
+    ]
     assert silent_scenarios(tmp_path, checker) == silent
 
 
