@@ -250,7 +250,8 @@ class Introspector(Protocol):
         Deletes at most ``limit`` rows (1..MAX_PRUNE_ROWS), oldest ``finished_at``
         first, in batches of at most ``batch`` rows (1..MAX_BULK_ROWS), each its own
         short atomic step, so pruning never holds long locks on the claim path.
-        ``dry_run=True`` deletes nothing and answers what is eligible as ``remaining``.
+        Rows finished in the same millisecond go in enqueue order. ``dry_run=True``
+        deletes nothing and answers what is eligible as ``remaining`` (capped as below).
         Answers rows removed and rows still eligible, per finished state (every one
         present, zeros included); ``remaining`` counts at most MAX_PRUNE_ROWS per state
         (a larger backlog reads as that many). A second call with nothing eligible
@@ -490,7 +491,8 @@ class JobDriver(Protocol):
         2. Reclaim (C07): lapsed ``running`` jobs with attempts left are claimable, before
            any ``ready``/``scheduled`` job; the lost attempt is recorded as
            ``LeaseExpired``, and the old token stops matching.
-        3. Order (C02): lapsed first, then higher ``priority``, earlier ``run_at``,
+        3. Order (C02): lapsed jobs of every named queue first (among themselves in
+           the order that follows), then higher ``priority``, earlier ``run_at``,
            earlier enqueue. Only due jobs (``run_at <= now``) in ``ready``/``scheduled``
            are claimable (C01). Concurrent claimers never receive the same job while
            its lease is live (C03).
@@ -555,13 +557,14 @@ class JobDriver(Protocol):
 
         The error (an exception or a message) is recorded with its type name, time and
         attempt, appended to the history and set as ``last_error``; the lease is
-        cleared. The target state, first match wins:
+        cleared. ``counts_as_attempt=False`` then gives the attempt back (``attempt - 1``)
+        whatever else is asked, ``fail`` and ``park`` included (S04, S05). The target
+        state, first match wins:
 
         * ``fail=True``: ``failed`` whatever attempts remain (S04).
         * ``park=True``: ``suspended``, waiting for ``introspect.resume`` (S05).
-        * ``counts_as_attempt=False``: the attempt is given back, then retried (S05).
         * ``attempt >= max_attempts``: ``dead`` (the dead-letter queue), or ``failed``
-          when ``dead_letter=False`` (S03).
+          when ``dead_letter=False`` (S03). A given-back attempt never gets here.
         * otherwise ``scheduled`` at ``retry_at`` (``now`` when not given) (S02).
 
         ``fail`` and ``park`` together are refused. Answers the job as it now stands,

@@ -6,6 +6,11 @@ indexes, heaps or caches that could go stale. Time is an argument of every call 
 test reads it from the ManualClock it also gives the driver). Ids are the model's own
 enqueue sequence numbers; the test maps them to the driver's opaque ids.
 
+Every state change goes through :meth:`Model._move`, which refuses (``KeyError``) a move
+that :data:`jobcore.states.TRANSITIONS` does not list and counts the ones it makes
+(``Model.moves``), so the stateful test can fail a run that never took an edge. Times
+are truncated to the millisecond here (:func:`millis`), not by any driver helper.
+
 Refusals are raised as :class:`Refused` carrying the error class name and code the
 driver must raise. Error history entries whose message no rule pins (the burial text,
 the default cancel reason) keep ``None`` as their message and are compared by type,
@@ -14,15 +19,24 @@ time and attempt only.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["LEASE_EXPIRED_TEXT", "MError", "MJob", "MToken", "Model", "Refused"]
+from jobcore.states import NEW, Transition, transition
+
+__all__ = ["LEASE_EXPIRED_TEXT", "MError", "MJob", "MToken", "Model", "Refused", "millis"]
 
 LIVE = frozenset({"scheduled", "ready", "running", "suspended"})
 FINISHED = frozenset({"done", "failed", "dead", "cancelled"})
 LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
+
+
+def millis(value: datetime) -> datetime:
+    """``value`` in UTC, truncated (not rounded) to the millisecond every store keeps."""
+    value = value.astimezone(timezone.utc)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
 class Refused(Exception):
@@ -87,6 +101,19 @@ class Model:
     def __init__(self) -> None:
         self.jobs: dict[int, MJob] = {}
         self._next = 1
+        self.moves: collections.Counter[Transition] = collections.Counter()
+        """How often each listed transition happened."""
+        self.removed: collections.Counter[str] = collections.Counter()
+        """Jobs deleted, by verb (``remove``, ``remove_many``, ``prune``)."""
+
+    def _move(self, job: MJob, target: str, trigger: str) -> None:
+        """Move ``job`` to ``target``: only along an edge of the state machine table."""
+        self.moves[transition(job.state, target, trigger)] += 1
+        job.state = target
+
+    def _delete(self, job: MJob, verb: str) -> None:
+        del self.jobs[job.seq]
+        self.removed[verb] += 1
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -113,10 +140,9 @@ class Model:
             job.attempt += 1
             job.attempted_at = now
 
-    @staticmethod
-    def _finish(job: MJob, state: str, now: datetime) -> None:
+    def _finish(self, job: MJob, state: str, now: datetime, trigger: str) -> None:
         job.held = False
-        job.state = state
+        self._move(job, state, trigger)
         job.finished_at = now
         job.worker_id = None
         job.lease_expires_at = None
@@ -129,9 +155,12 @@ class Model:
     def _order(job: MJob) -> tuple[int, datetime, int]:
         return (-job.priority, job.run_at, job.seq)
 
-    def _bury(self, job: MJob, dropped: bool, now: datetime) -> None:
+    def _bury(self, job: MJob, dropped: bool, now: datetime, verb: str) -> None:
         job.errors.append(MError("LeaseLapsedFinalAttempt", None, now, job.attempt))
-        self._finish(job, "failed" if dropped else "dead", now)
+        if dropped:
+            self._finish(job, "failed", now, f"{verb}: burial, dropped")
+        else:
+            self._finish(job, "dead", now, f"{verb}: burial")
 
     # -- the verbs -------------------------------------------------------------------
 
@@ -146,11 +175,14 @@ class Model:
                 return holder.seq, True
         seq = self._next
         self._next += 1
-        self.jobs[seq] = MJob(
+        job = self.jobs[seq] = MJob(
             seq=seq, name=name, queue=queue, payload=payload, priority=priority,
-            max_attempts=max_attempts, key=key, run_at=due, created_at=now,
-            state="ready" if due <= now else "scheduled",
+            max_attempts=max_attempts, key=key, run_at=due, created_at=now, state=NEW,
         )
+        if due <= now:
+            self._move(job, "ready", "enqueue: due now")
+        else:
+            self._move(job, "scheduled", "enqueue: run_at in the future")
         return seq, False
 
     def claim(
@@ -164,7 +196,7 @@ class Model:
         for job in mine:
             if self._lapsed(job, now):
                 if job.attempt >= job.max_attempts and not job.held:
-                    self._bury(job, job.name in drop, now)
+                    self._bury(job, job.name in drop, now, "claim")
                     buried.append(job.seq)
                 else:
                     reclaim.append(job)
@@ -176,7 +208,8 @@ class Model:
         for job in (reclaim + due)[:limit]:
             if job.state == "running" and not job.held:
                 job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
-            job.state = "running"
+            trigger = {"running": "claim: lease lapsed, reclaimed", "scheduled": "claim: once due"}
+            self._move(job, "running", trigger.get(job.state, "claim"))
             job.worker_id = worker
             job.claim_no += 1
             job.held = not start
@@ -222,7 +255,7 @@ class Model:
             return None
         self._begin(job, now)
         job.result = result
-        self._finish(job, "done", now)
+        self._finish(job, "done", now, "ack")
         return job.seq
 
     def nack(
@@ -242,13 +275,16 @@ class Model:
         job.worker_id = None
         job.lease_expires_at = None
         if fail:
-            self._finish(job, "failed", now)
+            self._finish(job, "failed", now, "nack: fail")
         elif park:
-            job.state = "suspended"
+            self._move(job, "suspended", "nack: park")
         elif job.attempt >= job.max_attempts:
-            self._finish(job, "dead" if dead_letter else "failed", now)
+            if dead_letter:
+                self._finish(job, "dead", now, "nack: attempts used up")
+            else:
+                self._finish(job, "failed", now, "nack: attempts used up, dropped")
         else:
-            job.state = "scheduled"
+            self._move(job, "scheduled", "nack: attempts left" if counts_as_attempt else "nack: attempt given back")
             job.run_at = now if retry_at is None else retry_at
         return job.seq
 
@@ -258,7 +294,7 @@ class Model:
         if job is None or job.state not in LIVE:
             return None
         job.errors.append(MError("Cancelled", reason, now, job.attempt))
-        self._finish(job, "cancelled", now)
+        self._finish(job, "cancelled", now, "cancel")
         return job.seq
 
     def _existing(self, seq: int | None) -> MJob:
@@ -274,9 +310,17 @@ class Model:
             raise Refused("JobNotRequeueable", "JC_JOB_NOT_REQUEUEABLE")
         if job.key is not None and self._key_holder(job.name, job.key) is not None:
             raise Refused("JobDuplicate", "JC_JOB_DUPLICATE")
-        job.state, job.attempt, job.run_at = "ready", 0, now
-        job.finished_at, job.result = None, None
+        self._reopen(job, now, now)
         return job.seq
+
+    def _reopen(self, job: MJob, now: datetime, due: datetime) -> None:
+        """O02/O06: a finished job live again, due at ``due``, its attempts and result cleared."""
+        if due <= now:
+            self._move(job, "ready", "requeue")
+        else:
+            self._move(job, "scheduled", "requeue_many: spread")
+        job.attempt, job.run_at = 0, due
+        job.finished_at, job.result = None, None
 
     def remove(self, seq: int | None) -> MJob | None:
         """O03: the job as it was, or ``None`` when unknown."""
@@ -285,7 +329,7 @@ class Model:
             return None
         if job.state == "running":
             raise Refused("JobNotRemovable", "JC_JOB_NOT_REMOVABLE")
-        del self.jobs[job.seq]
+        self._delete(job, "remove")
         return job
 
     def promote(self, now: datetime, seq: int | None) -> int:
@@ -293,7 +337,8 @@ class Model:
         job = self._existing(seq)
         if job.state != "scheduled":
             raise Refused("JobNotPromotable", "JC_JOB_NOT_PROMOTABLE")
-        job.state, job.run_at = "ready", now
+        self._move(job, "ready", "promote")
+        job.run_at = now
         return job.seq
 
     def resume(self, now: datetime, seq: int | None) -> int:
@@ -301,7 +346,8 @@ class Model:
         job = self._existing(seq)
         if job.state != "suspended":
             raise Refused("JobNotResumable", "JC_JOB_NOT_RESUMABLE")
-        job.state, job.run_at = "ready", now
+        self._move(job, "ready", "resume")
+        job.run_at = now
         job.attempt = min(job.attempt, job.max_attempts - 1)
         return job.seq
 
@@ -330,12 +376,44 @@ class Model:
         for job in chosen:
             if verb == "cancel":
                 job.errors.append(MError("Cancelled", reason, now, job.attempt))
-                self._finish(job, "cancelled", now)
+                self._finish(job, "cancelled", now, "cancel")
             elif verb == "promote":
-                job.state, job.run_at = "ready", now
+                self._move(job, "ready", "promote")
+                job.run_at = now
             else:
-                del self.jobs[job.seq]
+                self._delete(job, "remove_many")
         return len(chosen), len(eligible) - len(chosen)
+
+    def requeueable(self, queue: str | None, name: str | None, states: frozenset[str] | None) -> list[MJob]:
+        """O06: finished rows the filter names, minus those whose key a live job holds,
+        and of rows sharing a name and key only the oldest."""
+        rows, keys = [], set()
+        for job in self.jobs.values():
+            if job.state not in FINISHED or (queue is not None and job.queue != queue):
+                continue
+            if (name is not None and job.name != name) or (states is not None and job.state not in states):
+                continue
+            if job.key is not None:
+                if self._key_holder(job.name, job.key) is not None or (job.name, job.key) in keys:
+                    continue
+                keys.add((job.name, job.key))
+            rows.append(job)
+        return rows
+
+    def requeue_many(
+        self, now: datetime, *, queue: str | None, name: str | None, states: frozenset[str] | None,
+        limit: int, spread: timedelta | None,
+    ) -> tuple[int, int]:
+        """O05/O06: (affected, remaining). Row ``i`` of ``n`` is due at ``now + spread * i / n``."""
+        chosen = self.requeueable(queue, name, states)[:limit]
+        count = len(chosen)
+        if spread is None:
+            spread = min(timedelta(milliseconds=10 * count), timedelta(seconds=30))
+        spread_ms = spread // timedelta(milliseconds=1)
+        for index, job in enumerate(chosen):
+            offset = spread_ms * index // count if count > 1 else 0
+            self._reopen(job, now, now + timedelta(milliseconds=offset))
+        return count, len(self.requeueable(queue, name, states))
 
     def rescue(self, now: datetime) -> tuple[int, list[int]]:
         """C10: (how many requeued, ids buried)."""
@@ -344,13 +422,14 @@ class Model:
             if not self._lapsed(job, now):
                 continue
             if job.attempt >= job.max_attempts and not job.held:
-                self._bury(job, False, now)
+                self._bury(job, False, now, "rescue")
                 buried.append(job.seq)
             else:
                 if not job.held:
                     job.errors.append(MError("LeaseExpired", LEASE_EXPIRED_TEXT, now, job.attempt))
                 job.held = False
-                job.state, job.worker_id, job.lease_expires_at, job.run_at = "ready", None, None, now
+                self._move(job, "ready", "rescue: lease lapsed")
+                job.worker_id, job.lease_expires_at, job.run_at = None, None, now
                 requeued += 1
         return requeued, buried
 
@@ -370,7 +449,7 @@ class Model:
         removed, remaining = dict.fromkeys(sorted(FINISHED), 0), dict.fromkeys(sorted(FINISHED), 0)
         for job in eligible[:limit]:
             removed[job.state] += 1
-            del self.jobs[job.seq]
+            self._delete(job, "prune")
         for job in eligible[limit:]:
             remaining[job.state] += 1
         return removed, remaining

@@ -323,6 +323,30 @@ def test_C07_lapsed_reclaimed_before_ready_jobs(driver: JobDriver, clock: Manual
     assert _ids(result) == [urgent.id]
 
 
+def test_C07_lapsed_jobs_reclaimed_in_claim_order(driver: JobDriver, clock: ManualClock) -> None:
+    """Among lapsed jobs: higher priority first, then earlier run_at, then enqueue order (C02)."""
+    late = driver.enqueue("a", priority=1, run_at=clock.now() + timedelta(seconds=1))
+    low = driver.enqueue("a", priority=0)
+    first = driver.enqueue("a", priority=1)
+    second = driver.enqueue("a", priority=1)
+    clock.advance(seconds=1)
+    driver.claim(["default"], worker_id="w1", limit=4, lease=5)
+    clock.advance(seconds=5)
+    order = [_ids(driver.claim(["default"], worker_id="w2", limit=1, lease=LEASE)) for _ in range(4)]
+    assert order == [[first.id], [second.id], [late.id], [low.id]]
+
+
+def test_C07_lapsed_job_of_one_queue_before_due_jobs_of_another(driver: JobDriver, clock: ManualClock) -> None:
+    """A claim naming several queues takes their lapsed jobs before any ready job of any of them."""
+    lapsed = driver.enqueue("a", queue="q2", priority=-10)
+    claim_one(driver, "q2", worker="w1", lease=5)
+    clock.advance(seconds=5)
+    urgent = driver.enqueue("a", queue="q1", priority=100)
+    result = driver.claim(["q1", "q2"], worker_id="w2", limit=1, lease=LEASE)
+    assert _ids(result) == [lapsed.id]
+    assert _ids(driver.claim(["q2", "q1"], worker_id="w2", limit=1, lease=LEASE)) == [urgent.id]
+
+
 def test_C07_several_lapsed_jobs_over_several_claims(driver: JobDriver, clock: ManualClock) -> None:
     """Lapsed jobs not taken by a small claim stay reclaimable by the next one."""
     jobs = driver.enqueue_many([JobSpec(name="a", payload=i) for i in range(3)])

@@ -293,6 +293,18 @@ def test_F04_settling_a_held_claim_starts_it_first(driver: JobDriver) -> None:
     assert (back.state, back.attempt) == (JobState.SCHEDULED, 0)
 
 
+@pytest.mark.requires("deferred_start")
+def test_F04_cancelling_a_held_claim_records_no_attempt(driver: JobDriver, clock: ManualClock) -> None:
+    """An operator's cancel of a held job starts nothing: the Cancelled entry and the job keep attempt 0."""
+    job = driver.enqueue("a")
+    held(driver).claim(["default"], worker_id="w", lease=LEASE, start=False)
+    clock.advance(seconds=1)
+    cancelled = driver.introspect.cancel(job.id, "no longer needed")
+    assert cancelled is not None
+    assert (cancelled.state, cancelled.attempt, cancelled.attempted_at) == (JobState.CANCELLED, 0, None)
+    assert [(e.type, e.attempt, e.at) for e in cancelled.errors] == [("Cancelled", 0, clock.now())]
+
+
 def test_F04_a_worker_that_dies_before_starting_its_claim_spends_no_attempt(
     driver: JobDriver, clock: ManualClock
 ) -> None:

@@ -119,7 +119,7 @@ def test_O02_requeue_a_finished_job(driver: JobDriver, clock: ManualClock, state
     assert got.attempt == 0
     assert (got.finished_at, got.result) == (None, None)
     assert got.errors == job.errors
-    assert got.claim_no == job.claim_no
+    assert (got.claim_no, got.attempted_at) == (job.claim_no, job.attempted_at)
     assert driver.introspect.get(job.id) == got
     again = claim_one(driver, job.queue)
     assert (again.job.id, again.job.attempt) == (job.id, 1)
@@ -445,6 +445,15 @@ def test_O06_explicit_spread_window(driver: JobDriver, clock: ManualClock) -> No
         assert job.state is (JobState.READY if job.run_at <= now else JobState.SCHEDULED)
     clock.advance(window)
     assert len(driver.claim(["finishing"], worker_id="w", limit=10, lease=LEASE).claimed) == 4
+
+
+def test_O06_uneven_spread_truncates_to_the_millisecond(driver: JobDriver, clock: ManualClock) -> None:
+    """Row i of n is due at now + spread * i / n, truncated (not rounded) to the millisecond."""
+    jobs = [finished_job(driver, "done") for _ in range(3)]
+    now = clock.now()
+    assert driver.introspect.requeue_many(spread=timedelta(milliseconds=1000)) == _bulk(3, 0)
+    run_ats = [j.run_at for j in (driver.introspect.get(x.id) for x in jobs) if j is not None]
+    assert run_ats == [now + timedelta(milliseconds=ms) for ms in (0, 333, 666)]
 
 
 def test_O06_default_spread_and_zero_spread(driver: JobDriver, clock: ManualClock) -> None:

@@ -141,6 +141,23 @@ def test_R01_oldest_finished_first_across_states(driver: JobDriver, clock: Manua
     assert third.id not in _ids(driver)
 
 
+def test_R01_equal_finished_at_goes_in_enqueue_order(driver: JobDriver, clock: ManualClock) -> None:
+    """Rows finished in the same millisecond go in enqueue order, whatever their state."""
+    jobs = [driver.enqueue(name, queue=f"q{name}") for name in "abc"]
+    clock.advance(seconds=1)
+    for job, verb in zip(jobs[::-1], ("ack", "fail", "cancel"), strict=True):  # all at one instant
+        if verb == "cancel":
+            driver.introspect.cancel(job.id)
+        elif verb == "ack":
+            driver.ack(claim_one(driver, job.queue).token, None)
+        else:
+            driver.nack(claim_one(driver, job.queue).token, "boom", fail=True)
+    _check(driver.introspect.prune(ZERO, limit=1), removed={"cancelled": 1}, remaining={"failed": 1, "done": 1})
+    assert _ids(driver) == {jobs[1].id, jobs[2].id}
+    _check(driver.introspect.prune(ZERO, limit=1), removed={"failed": 1}, remaining={"done": 1})
+    assert _ids(driver) == {jobs[2].id}
+
+
 def test_R01_limit_bounds_a_call_and_the_next_call_continues(driver: JobDriver, clock: ManualClock) -> None:
     """limit < eligible leaves remaining > 0; the next call takes the rest; a third removes nothing."""
     for _ in range(5):

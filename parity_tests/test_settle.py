@@ -287,6 +287,15 @@ def test_S04_fail_wins_over_give_back_and_dead_letter(driver: JobDriver) -> None
     assert (first.state, second.state) == (JobState.FAILED, JobState.FAILED)
 
 
+def test_S04_fail_with_give_back_fails_with_the_attempt_given_back(driver: JobDriver) -> None:
+    """counts_as_attempt=False still gives the attempt back when fail=True decides the state."""
+    driver.enqueue("a", max_attempts=3)
+    failed = driver.nack(claim_one(driver).token, "x", fail=True, counts_as_attempt=False)
+    assert failed is not None
+    assert (failed.state, failed.attempt) == (JobState.FAILED, 0)
+    assert failed.errors[-1].attempt == 1
+
+
 # --- S05 ------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobcore import errors
+from jobcore import errors, states
 from tools import gen_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,3 +52,21 @@ def test_the_check_ignores_rewrapping_but_not_a_changed_word() -> None:
     wrapped_313 = "[--limit LIMIT] [--after CURSOR |\n                  --before CURSOR]"
     assert gen_docs.same_text(wrapped_311, wrapped_313)
     assert not gen_docs.same_text(wrapped_311, wrapped_311.replace("--before", "--until"))
+
+
+def test_concepts_state_diagram_draws_the_transition_table() -> None:
+    """docs/concepts.md's state diagram has exactly the edges of jobcore.states, in table order."""
+    page = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    block = page.split("```mermaid\nstateDiagram-v2\n", 1)[1].split("```", 1)[0]
+    assert [line.strip() for line in block.splitlines() if line.strip()] == states.diagram_edges()
+
+
+def test_diagram_edges_join_the_labels_of_one_source_and_target() -> None:
+    """Edges sharing source and target are drawn once; every table edge is on some drawn line."""
+    lines = states.diagram_edges()
+    pairs = [line.split(":", 1)[0] for line in lines]
+    assert len(pairs) == len(set(pairs))
+    for edge in states.TRANSITIONS:
+        assert any(line.startswith(f"{edge.source} --> {edge.target}: ") and edge.label in line for line in lines)
+    assert "running --> ready: rescue (lease lapsed, attempts left)" in lines
+    assert "done --> scheduled: requeue_many (spread, due later)" in lines
