@@ -54,7 +54,7 @@ class AuthServer:
 def auth_server() -> Iterator[AuthServer]:
     bindir = fx.find_binaries()
     if bindir is None:
-        fx._unavailable("no initdb/postgres binaries to start a password-checking server")
+        fx.unavailable("no initdb/postgres binaries to start a password-checking server")
     server = fx.LocalServer(bindir)  # type: ignore[arg-type]
     hba = os.path.join(server.root, "pg_hba_auth.conf")
     with open(hba, "w") as f:
@@ -64,7 +64,7 @@ def auth_server() -> Iterator[AuthServer]:
         server.start()
     except Exception as exc:
         server.stop()
-        fx._unavailable(f"starting a password-checking server failed: {exc}")
+        fx.unavailable(f"starting a password-checking server failed: {exc}")
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"CREATE ROLE app LOGIN PASSWORD '{PASSWORD}'")
         conn.execute("GRANT CREATE ON DATABASE postgres TO app")

@@ -13,14 +13,14 @@ def test_no_server_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under CI=true a missing server is an error, never a silent skip."""
     monkeypatch.setenv("CI", "true")
     with pytest.raises(RuntimeError, match="CI=true"):
-        fx._unavailable("no binaries")
+        fx.unavailable("no binaries")
 
 
 def test_no_server_skips_with_the_reason_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """Outside CI the PostgreSQL tests are skipped, naming why and how to fix it."""
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="JOBCORE_TEST_POSTGRES_URL"):
-        fx._unavailable("no binaries")
+        fx.unavailable("no binaries")
 
 
 def test_env_url_comes_first(monkeypatch: pytest.MonkeyPatch, pg_url: str) -> None:
