@@ -21,7 +21,9 @@ Profiles (``JOBCORE_STATEFUL``):
 * ``ci`` (default): derandomized, so every run and every driver sees the same examples;
   :data:`CI_EXAMPLES` per driver (memory 300, PostgreSQL 100, MongoDB 20, another
   driver 100) of up to ``JOBCORE_STATEFUL_STEPS`` steps (default 40).
-  ``JOBCORE_STATEFUL_EXAMPLES`` overrides the count.
+  ``JOBCORE_STATEFUL_EXAMPLES`` overrides the count. The ids a store hands out steer later
+  steps, so while an edge is still unreached the run goes on with the next fixed seed, at
+  most :data:`CI_ROUNDS` rounds in all, and fails only then.
 * ``deep``: 1,000 random (not derandomized) examples per driver, for a search before a
   release or after a driver change::
 
@@ -45,7 +47,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, event, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -68,6 +70,8 @@ from jobcore.states import TRANSITIONS, Transition
 CI_EXAMPLES = {"memory": 300, "postgres": 100, "mongo": 20}
 """Examples per driver in the derandomized CI profile; another driver runs 100."""
 DEEP_EXAMPLES = 1000
+CI_ROUNDS = 3
+"""In the CI profile, how many seeded runs of CI_EXAMPLES may search for a goal still unreached."""
 STEPS = int(os.environ.get("JOBCORE_STATEFUL_STEPS", "40"))
 
 REQUIRED_EVENTS = (
@@ -785,11 +789,27 @@ def test_C03_L02_stateful_driver_matches_reference_model(
 ) -> None:
     """Any sequence of verbs and clock moves leaves the driver exactly where the reference model says."""
     seen: collections.Counter[Any] = collections.Counter()
-    run_state_machine_as_test(lambda: DriverVersusModel(driver_factory, seen), settings=profile(driver_name))
+    chosen = profile(driver_name)
+    # The examples are fixed, but a store's answers that the model does not compare (the ids
+    # it hands out, which a shared server keeps counting across tests) steer later steps, so
+    # a goal one run reached may be missed by the next. Search on with further fixed seeds
+    # while one is missing, a bounded number of rounds; every round still compares each step.
+    rounds = range(CI_ROUNDS) if chosen.derandomize else [None]
+    for round_no in rounds:
+        def machine() -> DriverVersusModel:
+            return DriverVersusModel(driver_factory, seen)
+        run_state_machine_as_test(machine if round_no is None else seed(round_no)(machine), settings=chosen)
+        if not unreached(seen):
+            break
     report = os.environ.get("JOBCORE_STATEFUL_REPORT")
     if report:
         with open(report, "a", encoding="utf-8") as out:
             counts = {str(t): seen[t] for t in TRANSITIONS} | {e: seen[e] for e in REQUIRED_EVENTS}
             out.write(json.dumps({"driver": driver_name, "counts": counts}) + "\n")
-    never = [str(t) for t in TRANSITIONS if not seen[t]] + [e for e in REQUIRED_EVENTS if not seen[e]]
+    never = unreached(seen)
     assert never == [], f"the run never reached {never}; raise the example count or steer the rules"
+
+
+def unreached(seen: collections.Counter[Any]) -> list[str]:
+    """The edges and required outcomes a run has not reached yet."""
+    return [str(t) for t in TRANSITIONS if not seen[t]] + [e for e in REQUIRED_EVENTS if not seen[e]]
