@@ -49,16 +49,23 @@ def test_W01_heartbeats_keep_the_lease_of_a_handler_that_outlives_it(driver: Job
         return "finished"
 
     job = long.enqueue("x", driver=driver)
-    with running(make_worker(driver, registry, worker_id="w-a")):
+    # Counts the holder's heartbeats. A worker dates a renewal from before it sends it, so
+    # the beat that lands first after the clock moves may still carry the earlier time:
+    # the clock moves on only after a beat sent wholly after the move has come back.
+    beats = FaultyDriver(driver)
+    with running(make_worker(beats, registry, worker_id="w-a")):
         assert started.wait(WAIT)
         with running(make_worker(driver, registry, worker_id="w-b")):
             for _ in range(4):  # 80 s of driver time against a 30 s lease
                 clock.advance(seconds=20)
+                moved_at = beats.calls["heartbeat"]
                 expected = to_millis(clock.now()) + LEASE
                 wait_until(
                     lambda expected=expected: driver.introspect.get(job.id).lease_expires_at == expected,  # type: ignore[union-attr,misc]
                     what="a heartbeat after the clock moved",
                 )
+                # Beat moved_at+2 is dated after the move; once beat moved_at+3 starts, it has come back.
+                wait_until(lambda moved_at=moved_at: beats.calls["heartbeat"] >= moved_at + 3, what="a renewal dated after the move")
             locked = driver.claim(["default"], worker_id="w-c", lease=LEASE)
             assert locked.claimed == ()
             release.set()

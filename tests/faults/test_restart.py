@@ -11,9 +11,13 @@ from tests.faults.scenarios import RestartPlan, run_restart
 
 pytestmark = pytest.mark.requires("shared_store")
 
+# The MongoDB-wire test server scans the whole collection on every claim (measured idle:
+# 30 ms per claim at 30 jobs, 65 ms at 150, 180 ms at 550; 0.2-0.5 s per write under this
+# scenario's load at 120 jobs), so a claim after the restart cost more than the 2 s bound
+# by itself. 60 jobs keep its calls near what a real mongod's indexed claim costs.
 PLANS = {
     "postgres": RestartPlan(),
-    "mongo": RestartPlan(jobs=120, workers=2, concurrency=2, outage=8.0, lease=15.0, terminate_rounds=0),
+    "mongo": RestartPlan(jobs=60, workers=2, concurrency=2, outage=8.0, lease=15.0, terminate_rounds=0),
 }
 RECOVERY_BOUND = 2.0
 """F06: every worker claims again within this many seconds of the store accepting connections."""
