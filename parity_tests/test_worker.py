@@ -65,7 +65,10 @@ def test_W01_heartbeats_keep_the_lease_of_a_handler_that_outlives_it(driver: Job
                     what="a heartbeat after the clock moved",
                 )
                 # Beat moved_at+2 is dated after the move; once beat moved_at+3 starts, it has come back.
-                wait_until(lambda moved_at=moved_at: beats.calls["heartbeat"] >= moved_at + 3, what="a renewal dated after the move")
+                wait_until(
+                    lambda moved_at=moved_at: beats.calls["heartbeat"] >= moved_at + 3,  # type: ignore[misc]
+                    what="a renewal dated after the move",
+                )
             locked = driver.claim(["default"], worker_id="w-c", lease=LEASE)
             assert locked.claimed == ()
             release.set()
