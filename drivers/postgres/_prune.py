@@ -16,6 +16,8 @@ the ``DELETE`` checks the finished states once more.
 ``remaining`` counts eligible rows per state through the same index, stopping at
 :data:`COUNT_CAP` per state: past that the answer means "at least this many", enough to
 tell a caller to call again, and the count never costs more than a bounded index scan.
+
+The two statements, ``PRUNE_BATCH`` and ``PRUNE_COUNT``, are in :mod:`._sql.prune`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ updates nothing), the job insert through the driver's own enqueue statement, and
 ``last_job_id``. A firer that loses the compare-and-set enqueues nothing; a
 transaction that fails after it rolls the watermark back with the job. Declaring is
 ``INSERT ... ON CONFLICT (name) DO UPDATE``, so racing declarers end with one row.
+The statements (``SCHEDULE_*``) are in :mod:`._sql.schedules`.
 """
 
 from __future__ import annotations
