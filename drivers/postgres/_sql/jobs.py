@@ -499,9 +499,6 @@ SELECT (SELECT count(*) FROM upd), (SELECT n FROM woke)
     """Requeue the picked rows, each due its offset (ms) after the store's now (O06's spread)."""
 
 
-# --- fleet leases (rules K), the store's version and clock ----------------------------
-
-
 class LeaseStatements:
     """Fleet leases (rules K)."""
 
