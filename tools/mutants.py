@@ -38,7 +38,7 @@ TIMEOUT = 600.0
 """Seconds one mutant's run may take; a run past it counts as killed (the suite hung on it)."""
 
 MEM = "drivers/memory/__init__.py"
-PG = "drivers/postgres/_sql.py"
+PG = "drivers/postgres/_sql/jobs.py"
 MONGO = "drivers/mongo/__init__.py"
 VAL = "jobcore/validate.py"
 PT = "parity_tests"

@@ -1,6 +1,6 @@
 """The PostgreSQL driver: the whole JobDriver contract on psycopg 3 and a connection pool.
 
-Every statement is a named constant in :mod:`._sql`, rendered once per schema. The hot
+Every statement is declared once in :mod:`._sql` and rendered once per schema (``self.q``). The hot
 path is one statement per call: ``claim`` (burial, reclaim and due rows with ``FOR
 UPDATE SKIP LOCKED``), ``ack_many`` (every row fenced on its own token), ``enqueue`` and
 ``enqueue_many`` (with their wake-up NOTIFY), ``nack``, ``heartbeat``, ``start``.

@@ -34,6 +34,7 @@ from psycopg import sql
 from jobcore.errors import redact
 
 from ._pool import BoundedConnection, Session
+from ._sql import LISTEN, render
 
 __all__ = ["PROBE_AFTER", "Listener", "channel_for"]
 
@@ -81,7 +82,7 @@ class Listener:
             self._stop.set()
             raise psycopg.OperationalError(self.refused)
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            conn.execute(render(LISTEN, channel=sql.Identifier(self._channel)))
         except BaseException:
             conn.close()
             raise

@@ -87,13 +87,12 @@ def test_prune_reads_the_partial_index_in_generic_and_custom_plans(driver: Any, 
     _finished(pool, driver, 20_000)
     driver.enqueue_many([{"name": "live"} for _ in range(200)])
     _analyze(pool, driver)
-    pruner = driver.introspect._pruner
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        plans = {f"{name} now={now}": generic_plan(conn, getattr(pruner.q, name), _params(now, 500))
+        plans = {f"{name} now={now}": generic_plan(conn, getattr(driver.q, name), _params(now, 500))
                  for name in ("PRUNE_BATCH", "PRUNE_COUNT") for now in (START, None)}
     with pool.connection() as conn, conn.transaction(force_rollback=True):
         plans["custom"] = "\n".join(
-            r[0] for r in conn.execute(b"EXPLAIN " + pruner.q.PRUNE_BATCH, _params(START, 500)).fetchall()
+            r[0] for r in conn.execute(b"EXPLAIN " + driver.q.PRUNE_BATCH, _params(START, 500)).fetchall()
         )
     for name, plan in plans.items():
         assert "jobs_finished" in plan, (name, plan)
@@ -129,13 +128,12 @@ def test_prune_deletes_in_batches_of_at_most_batch_rows(pg_url: str, pool: Any) 
         result = driver.introspect.prune(ZERO, limit=1200, batch=500)
         assert result.removed[JobState.DONE] == 1200
         assert result.remaining[JobState.DONE] == 300
-        pruner = driver.introspect._pruner
-        batches = [n for q, n in CountingCursor.sent if q == pruner.q.PRUNE_BATCH]
+        batches = [n for q, n in CountingCursor.sent if q == driver.q.PRUNE_BATCH]
         assert batches == [500, 500, 200]
-        assert [q for q, _ in CountingCursor.sent] == [pruner.q.PRUNE_BATCH] * 3 + [pruner.q.PRUNE_COUNT]
+        assert [q for q, _ in CountingCursor.sent] == [driver.q.PRUNE_BATCH] * 3 + [driver.q.PRUNE_COUNT]
         CountingCursor.sent.clear()
         assert driver.introspect.prune(ZERO, limit=5000, batch=1000).total_removed == 300  # short batch: stop
-        assert [n for q, n in CountingCursor.sent if q == pruner.q.PRUNE_BATCH] == [300]
+        assert [n for q, n in CountingCursor.sent if q == driver.q.PRUNE_BATCH] == [300]
     finally:
         driver.close()
         counted.close()
@@ -153,11 +151,10 @@ def test_hot_path_never_waits_on_an_open_prune_batch(driver: Any, pool: Any, pg_
     """While a prune batch's transaction is open, claims, acks, enqueues and a second prune go on without waiting."""
     _finished(pool, driver, 300)
     driver.enqueue_many([{"name": "live"} for _ in range(20)])
-    pruner = driver.introspect._pruner
     timid_pool, timid = _timid(pg_url, driver.schema)
     try:
         with psycopg.connect(pg_url) as holder:  # a prune batch, held open as if the server were slow
-            deleted = holder.execute(pruner.q.PRUNE_BATCH, _params(START, 100)).fetchall()
+            deleted = holder.execute(driver.q.PRUNE_BATCH, _params(START, 100)).fetchall()
             assert len(deleted) == 100
             claimed = timid.claim(["default"], worker_id="w", limit=10, lease=30).claimed
             assert len(claimed) == 10

@@ -7,23 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from jobcore.drivers.postgres import _schedules, _sql
+from jobcore.drivers.postgres import _schedules
 from psycopg import sql
 
 from jobcore.errors import BackendFailure
 from jobcore.records import JobSpec
 
 MINUTE = timedelta(minutes=1)
-_TEMPLATES = ("DECLARE", "GET", "LIST", "FIRE", "SET_JOB", "PAUSE", "RESUME", "REMOVE")
-
-
-def test_statements_take_time_from_the_store_clock_or_the_injected_one() -> None:
-    """Schedule statements read time only through ``_sql.NOW`` (F01): the store's clock, or the
-    injected clock's ``%(now)s`` standing in for it."""
-    for name in _TEMPLATES:
-        text = getattr(_schedules, name).replace(_sql.NOW, "").lower()
-        for word in ("now()", "current_timestamp", "clock_timestamp", "localtimestamp", "%(now)s"):
-            assert word not in text, name
 
 
 def test_the_schedules_table_has_the_documented_columns(driver: Any, pool: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore.drivers.postgres import PostgresDriver, _schema, make_pool
+from jobcore.drivers.postgres import PostgresDriver, _schema, _sql, make_pool
 from psycopg import sql
 
 from fixtures import postgres as fx
@@ -225,7 +225,7 @@ def test_a_store_from_before_the_compatibility_record_is_read_and_upgraded(make:
                              " DEFAULT now())").format(sql.Identifier(schema, "schema_versions")))
         for version, step in enumerate(_schema.MIGRATIONS, start=1):
             for statement in step:
-                conn.execute(_schema._render(statement, schema))
+                conn.execute(_sql.render(statement, schema))
             conn.execute(sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(
                 sql.Identifier(schema, "schema_versions")), (version,))
     driver = make(schema, migrate=False)

@@ -1,4 +1,5 @@
-"""The shape of the SQL: named constants, no ``select *``, the claim on its partial index, round trips."""
+"""The shape of the SQL: statements declared once in ``_sql``, no ``select *``, the claim on its partial index,
+round trips."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def _code_without_comments(path: Path) -> str:
 
 def test_no_select_star_or_returning_star_in_the_driver() -> None:
     """No statement reads or returns whole rows: every column is named."""
-    files = sorted(SOURCE.glob("*.py"))
-    assert files
+    files = sorted(SOURCE.rglob("*.py"))
+    assert any(path.parent.name == "_sql" for path in files)
     for path in files:
         text = _code_without_comments(path).lower()
         assert not re.search(r"\bselect\s+(distinct\s+)?\*", text), path.name
@@ -43,22 +44,55 @@ def test_every_clock_reading_is_the_store_now_an_injected_clock_can_replace() ->
     is given, F01): no other clock function, and no ``%(now)s`` used on its own."""
     assert _sql.NOW == "coalesce(%(now)s::timestamptz, date_trunc('milliseconds', now()))"
     reading = 0
-    for name in _sql._NAMES:
+    for name, statement in _sql.DECLARED.items():
         if name == "STORE_NOW":  # driver.clock's reading of the store's time
             continue
-        template = getattr(_sql, name)
+        template = statement.text
         reading += _sql.NOW in template
         text = template.replace(_sql.NOW, "").lower()
         for word in ("now()", "current_timestamp", "clock_timestamp", "localtimestamp", "statement_timestamp",
                      "%(now)s", "%(now_ms)s", "%(expires)s"):
             assert word not in text, (name, word)
-    assert reading >= 20
+    assert reading >= 25
+
+
+def test_each_statement_is_declared_once_and_rendered_under_its_name() -> None:
+    """Every statement is one ``NAME = Sql(...)`` in ``_sql`` (no list of names beside it); a driver's
+    ``q`` holds each under that name, the schema's tables quoted in and no placeholder left."""
+    sources = "\n".join(path.read_text() for path in sorted((SOURCE / "_sql").glob("*.py")))
+    q = _sql.Statements('odd "schema"')
+    assert len(_sql.DECLARED) >= 45
+    for name, statement in _sql.DECLARED.items():
+        assert statement.name == name
+        assert sources.count(f" {name} = Sql(") == 1, name
+        rendered = getattr(q, name)
+        assert isinstance(rendered, bytes), name
+        assert b"{" not in rendered, name
+        assert b"}" not in rendered, name
+        assert ("{jobs}" in statement.text) == (b'"odd ""schema"""."jobs"' in rendered), name
+    assert set(vars(q)) == set(_sql.DECLARED)
+
+
+def test_ack_many_landed_is_ack_many_answering_only_item_numbers() -> None:
+    """``ACK_MANY_LANDED`` runs ``ACK_MANY``'s very update (fence and writes); only what it returns differs."""
+    many, landed = _sql.Statements.ACK_MANY.text, _sql.Statements.ACK_MANY_LANDED.text
+    update = many[: many.rindex("RETURNING")]
+    assert "WHERE" in update
+    assert landed == update + "RETURNING t.ord\n"
+
+
+def test_only_sql_composes_statements() -> None:
+    """SQL is composed and rendered in ``_sql`` alone: no other driver module builds ``sql.SQL`` or renders."""
+    for path in sorted(SOURCE.glob("*.py")):
+        code = _code_without_comments(path)
+        for word in ("sql.SQL(", ".as_bytes(", "Sql("):
+            assert word not in code, (path.name, word)
 
 
 def test_driver_executes_only_named_statements() -> None:
     """The driver modules pass statements from ``self.q`` / ``q`` (rendered constants), never literals."""
     for path in sorted(SOURCE.glob("*.py")):
-        if path.name in ("_sql.py", "_schema.py", "_notify.py"):
+        if path.name in ("_schema.py", "_notify.py"):  # they execute what _sql.render answers
             continue
         text = path.read_text()
         for match in re.finditer(r"(?<!def )(?:_fetch|execute)\(\s*([^,)\s]+)", text):

@@ -1,17 +1,4 @@
-"""Every statement the PostgreSQL driver runs, as named constants.
-
-Templates name their tables as ``{jobs}``, ``{leases}``, ``{versions}`` and ``{seq}``;
-:class:`Statements` fills those with quoted identifiers of the configured schema once per
-driver and keeps the rendered bytes, so the hot path never composes SQL. Values are
-always bind parameters (``%(name)s``); nothing a caller passes is ever spliced into text.
-
-Time (F01): every time decision and every stored time reads :data:`NOW`, the store's
-clock (``now()``, to the millisecond) unless the driver passes ``%(now)s`` (a test's
-injected clock, which then stands in for the store's). Values derived from now are
-computed here too, never by the client: lease expiry (``NOW + lease``), a delay's due
-time, epoch milliseconds of error entries, prune cutoffs. Durations travel as whole
-milliseconds (microseconds for prune ages) times an interval, which has no day part, so
-the arithmetic never depends on the session's time zone.
+"""The job statements: enqueue, claim and settle, introspection and operator verbs, fleet leases.
 
 Rows come back as :data:`JOB_COLUMNS` in that order; ``_rows.job_from_row`` maps them.
 Payloads and results are ``text`` holding the canonical JSON of ``validate.encode_json``
@@ -24,9 +11,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from psycopg import sql
+from .common import FINISHED, LIVE, NOW, NOW_MS, Sql, ms
 
-__all__ = ["JOB_COLUMNS", "Statements"]
+__all__ = ["JOB_COLUMNS", "JobStatements"]
 
 JOB_COLUMNS: Final = (
     "id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
@@ -46,7 +33,7 @@ def _lean(prefix: str) -> str:
 
 def _claimed_view(prefix: str) -> str:
     """:func:`_lean` of a claimed row, a held one shown as its attempt will stand once started
-    (F04): ``attempt + 1``, ``attempted_at`` the claim's time. The row itself keeps both."""
+        (F04): ``attempt + 1``, ``attempted_at`` the claim's time. The row itself keeps both."""
     view = {
         "attempt": f"{prefix}.attempt + (CASE WHEN {prefix}.held THEN 1 ELSE 0 END)",
         "attempted_at": f"(CASE WHEN {prefix}.held THEN {NOW} ELSE {prefix}.attempted_at END)",
@@ -55,38 +42,6 @@ def _claimed_view(prefix: str) -> str:
         view.get(c, f"NULLIF({prefix}.errors, '[]'::jsonb)" if c == "errors" else f"{prefix}.{c}")
         for c in JOB_COLUMNS
     )
-
-
-_LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
-_FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
-
-SESSION: Final = (
-    b"SELECT pg_backend_pid() = %(pid)s::int OR %(direct)s::bool,"
-    b" CASE WHEN pg_backend_pid() = %(pid)s::int OR %(direct)s::bool THEN"
-    b" (SELECT string_agg(set_config(n, v, false), ',') FROM unnest(%(names)s::text[], %(values)s::text[]) AS s (n, v))"
-    b" END"
-)
-"""A new connection's set-up, one round trip (:class:`._pool.Session`): whether the backend
-pid libpq was given is the server's (``direct`` forces yes), and only then the session
-settings ``names``/``values`` (a transaction pooler would leave them on some other client's
-server connection)."""
-
-NOW: Final = "coalesce(%(now)s::timestamptz, date_trunc('milliseconds', now()))"
-"""The store's time for a statement: ``now()`` (the transaction's start, so one value
-throughout a statement or transaction) to the millisecond, or the injected clock's
-``%(now)s`` when the driver passes one. The only place the SQL reads a clock. A stable
-expression, so index scans and generic plans compare against it like a parameter."""
-
-NOW_MS: Final = f"(date_part('epoch', {NOW}) * 1000)::bigint"
-""":data:`NOW` as epoch milliseconds (error entries; answered to the driver by enqueue).
-``date_part`` answers a float, a third of ``extract``'s numeric cost, and exact here: a
-time to the millisecond up to the year 9000 is off by under a tenth of a millisecond as a
-float, which the cast rounds away."""
-
-
-def _ms(param: str) -> str:
-    """The interval of whole milliseconds bind parameter ``param`` holds."""
-    return f"(%({param})s::bigint * interval '1 millisecond')"
 
 
 _HELD: Final = "(CASE WHEN j.held THEN 1 ELSE 0 END)"
@@ -136,7 +91,7 @@ _STAMP: Final = f"stamp AS MATERIALIZED (SELECT {NOW} AS now, {NOW_MS} AS now_ms
 _ITEM_RUN_AT: Final = "coalesce((t.item->>5)::timestamptz, s.now + (t.item->>3)::bigint * interval '1 millisecond')"
 """An enqueue item's due time: its ``run_at``, else the store's now (``stamp`` as ``s``) plus its delay (ms)."""
 
-_RUN_AT: Final = f"coalesce(%(run_at)s::timestamptz, {NOW} + {_ms('delay_ms')})"
+_RUN_AT: Final = f"coalesce(%(run_at)s::timestamptz, {NOW} + {ms('delay_ms')})"
 """The due time of enqueue's scalar forms: ``run_at`` when given, else the store's now plus ``delay_ms``."""
 
 
@@ -145,7 +100,10 @@ def _state_for(run_at_sql: str, now_sql: str = NOW) -> str:
     return f"(CASE WHEN {run_at_sql} > {now_sql} THEN 'scheduled' ELSE 'ready' END)"
 
 
-ENQUEUE: Final = f"""
+class EnqueueStatements:
+    """Enqueue (rules E): one statement per call, one job or a batch."""
+
+    ENQUEUE = Sql(f"""
 WITH {_STAMP}, input AS (
     SELECT nextval({{seq}}) AS id, t.ord, t.item->>0 AS name, t.item->>1 AS queue, t.item->>2 AS payload,
            (t.item->>4)::int AS priority, {_ITEM_RUN_AT} AS run_at,
@@ -157,48 +115,48 @@ WITH {_STAMP}, input AS (
     SELECT i.id, i.name, i.queue, i.payload, {_state_for("i.run_at", "s.now")}, i.priority, 0, i.max_attempts,
            i.run_at, s.now, 0, i.key, '[]'::jsonb
     FROM input AS i CROSS JOIN stamp AS s ORDER BY i.name, i.key, i.ord
-    ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {_LIVE} DO NOTHING
+    ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {LIVE} DO NOTHING
     RETURNING {_COLS}
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
 SELECT i.ord, false AS duplicate, {", ".join(f"ins.{c}" for c in JOB_COLUMNS)}
 FROM input AS i JOIN ins ON ins.id = i.id CROSS JOIN woke
 UNION ALL
 SELECT i.ord, true, {_COLS}
-FROM input AS i JOIN {{jobs}} AS j ON j.name = i.name AND j.key = i.key AND j.state IN {_LIVE}
+FROM input AS i JOIN {{jobs}} AS j ON j.name = i.name AND j.key = i.key AND j.state IN {LIVE}
 WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id)
 UNION ALL
 SELECT i.ord, true, {", ".join(f"ins.{c}" for c in JOB_COLUMNS)}
 FROM input AS i JOIN ins ON ins.name = i.name AND ins.key = i.key AND ins.id <> i.id
 WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id)
-"""
-"""One round trip for one job or a batch (E01, E02, E05). The batch arrives as one JSON
-array of ``[name, queue, payload, delay_ms, priority, run_at or null, max_attempts, key]``
-rows (due at ``run_at`` when given, else the store's now plus the delay; one
-C-encoded text parameter costs the client far less than eight adapted arrays). Ids come
-from the sequence in input order; rows are inserted in (name, key) order, so batches racing on the same keys
-wait for each other in one order and cannot deadlock. A key conflict inserts nothing;
-the item answers the live holder, either an older row or an earlier item of the batch.
-A holder committed by another transaction after this statement's snapshot is not
-visible here; the driver looks it up with :data:`KEY_HOLDER` (a fresh snapshot) and
-retries the insert if it finished."""
+""")
+    """One round trip for one job or a batch (E01, E02, E05). The batch arrives as one JSON
+    array of ``[name, queue, payload, delay_ms, priority, run_at or null, max_attempts, key]``
+    rows (due at ``run_at`` when given, else the store's now plus the delay; one
+    C-encoded text parameter costs the client far less than eight adapted arrays). Ids come
+    from the sequence in input order; rows are inserted in (name, key) order, so batches racing on the same keys
+    wait for each other in one order and cannot deadlock. A key conflict inserts nothing;
+    the item answers the live holder, either an older row or an earlier item of the batch.
+    A holder committed by another transaction after this statement's snapshot is not
+    visible here; the driver looks it up with :data:`KEY_HOLDER` (a fresh snapshot) and
+    retries the insert if it finished."""
 
-ENQUEUE_ONE: Final = f"""
+    ENQUEUE_ONE = Sql(f"""
 INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                          created_at, claim_no, key, errors)
 VALUES (nextval({{seq}}), %(name)s::text, %(queue)s::text, %(payload)s::text, {_state_for(_RUN_AT)},
         %(priority)s::int, 0, %(max_attempts)s::int, {_RUN_AT}, {NOW}, 0, NULL, '[]'::jsonb)
 RETURNING j.id, (CASE WHEN j.state = 'ready' THEN pg_notify(%(channel)s, j.queue) END) IS NOT NULL AS woke,
           {NOW_MS} AS now_ms
-"""
-"""One job without an idempotency key (E01): no conflict is possible, so the plain
-insert of scalars skips :data:`ENQUEUE`'s arrays and duplicate branches. It answers only
-the new id and the store's now (epoch ms): the driver builds the job from what it sent
-and that now, deciding due time and state as this statement did, as for
-:data:`ENQUEUE_MANY`. It NOTIFYs the queue from ``RETURNING`` when the job is due
-(delivered at commit): without a CTE around the insert, a round trip was 2-7% shorter in
-alternating runs."""
+""")
+    """One job without an idempotency key (E01): no conflict is possible, so the plain
+    insert of scalars skips :data:`ENQUEUE`'s arrays and duplicate branches. It answers only
+    the new id and the store's now (epoch ms): the driver builds the job from what it sent
+    and that now, deciding due time and state as this statement did, as for
+    :data:`ENQUEUE_MANY`. It NOTIFYs the queue from ``RETURNING`` when the job is due
+    (delivered at commit): without a CTE around the insert, a round trip was 2-7% shorter in
+    alternating runs."""
 
-ENQUEUE_MANY: Final = f"""
+    ENQUEUE_MANY = Sql(f"""
 WITH {_STAMP}, ins AS (
     INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                              created_at, claim_no, key, errors)
@@ -210,14 +168,14 @@ WITH {_STAMP}, ins AS (
     RETURNING j.id, j.queue, j.state
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
 SELECT ins.id, s.now_ms FROM ins CROSS JOIN woke CROSS JOIN stamp AS s ORDER BY ins.id
-"""
-"""A batch without idempotency keys (E05): nothing can conflict, so a plain insert from the
-JSON rows (as :data:`ENQUEUE` takes them); ``nextval`` runs after the sort, so ids follow
-input order. It answers only the ids, in that order, each with the store's now (epoch
-ms): every other column of a new row is what the driver sent or follows from that now,
-so the driver builds the jobs itself (a third less server time and no row decoding)."""
+""")
+    """A batch without idempotency keys (E05): nothing can conflict, so a plain insert from the
+    JSON rows (as :data:`ENQUEUE` takes them); ``nextval`` runs after the sort, so ids follow
+    input order. It answers only the ids, in that order, each with the store's now (epoch
+    ms): every other column of a new row is what the driver sent or follows from that now,
+    so the driver builds the jobs itself (a third less server time and no row decoding)."""
 
-ENQUEUE_UNIFORM: Final = f"""
+    ENQUEUE_UNIFORM = Sql(f"""
 WITH shared AS MATERIALIZED (
     SELECT n.now, n.now_ms, n.run_at, {_state_for("n.run_at", "n.now")} AS state
     FROM (SELECT {NOW} AS now, {NOW_MS} AS now_ms, {_RUN_AT} AS run_at) AS n
@@ -231,22 +189,46 @@ WITH shared AS MATERIALIZED (
     RETURNING j.id, j.queue, j.state
 ), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
 SELECT ins.id, s.now_ms FROM ins CROSS JOIN woke CROSS JOIN shared AS s ORDER BY ins.id
-"""
-""":data:`ENQUEUE_MANY` for the usual batch, whose items share every option but the payload
-(one handle's ``enqueue_many``): the options are sent once (and the due time, state and
-now they share are computed once, in ``shared``), and the payloads as one JSON
-array joined from their canonical texts. ``json`` (not ``jsonb``) keeps each element's
-text as written, so ``t.payload::text`` stores exactly what the driver encoded, key order
-included; and the server parses the array once, with no per-item field extraction."""
+""")
+    """:data:`ENQUEUE_MANY` for the usual batch, whose items share every option but the payload
+    (one handle's ``enqueue_many``): the options are sent once (and the due time, state and
+    now they share are computed once, in ``shared``), and the payloads as one JSON
+    array joined from their canonical texts. ``json`` (not ``jsonb``) keeps each element's
+    text as written, so ``t.payload::text`` stores exactly what the driver encoded, key order
+    included; and the server parses the array once, with no per-item field extraction."""
 
-KEY_HOLDER: Final = f"""
+    KEY_HOLDER = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
-WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {_LIVE}
-"""
+WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {LIVE}
+""")
+
 
 # --- claim and settle -----------------------------------------------------------------
 
-CLAIM: Final = f"""
+_TOKENS: Final = """jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)"""
+_FENCED: Final = """j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(items)s::jsonb) AS e))
+  AND j.id = (t.item->>0)::bigint AND (j.state = 'running') IS TRUE AND j.worker_id = t.item->>1
+  AND j.claim_no = (t.item->>2)::bigint"""
+"""Each row fenced on its own token, read by primary key alone. Joined on the tokens, the
+planner hashed every running row (a held backlog is hundreds per worker: a millisecond per
+small batch); given the ids it still ANDed the partial index of running rows in, reading all
+of it. ``IS TRUE`` keeps the state check out of index matching (it is the same test)."""
+
+_ACK: Final = f"""
+UPDATE {{jobs}} AS j SET
+    state = 'done', result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+    attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
+FROM {_TOKENS}
+WHERE {_FENCED}
+"""
+"""An ack batch's update (S01, S07): :data:`ACK_MANY` and :data:`ACK_MANY_LANDED` are it with
+two ``RETURNING`` lists."""
+
+
+class SettleStatements:
+    """Claim, heartbeat, start and settle (rules C, L, S; F04)."""
+
+    CLAIM = Sql(f"""
 WITH spent AS (
     SELECT j.id FROM {{jobs}} AS j
     WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
@@ -289,7 +271,7 @@ WITH spent AS (
         state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1,
         attempt = j.attempt + (CASE WHEN %(start)s::boolean THEN 1 ELSE 0 END),
         attempted_at = CASE WHEN %(start)s::boolean THEN {NOW} ELSE j.attempted_at END,
-        held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {_ms("lease_ms")},
+        held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {ms("lease_ms")},
         errors = CASE WHEN j.state = 'running' AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
     RETURNING 0 AS kind, {_COLS}, j.held
@@ -298,61 +280,45 @@ SELECT t.kind, p.grp, {_claimed_view("t")} FROM taken AS t JOIN picked AS p ON p
 UNION ALL
 SELECT kind, 0, {_BARE} FROM buried
 ORDER BY 1, 2, priority DESC, run_at, id
-"""
-"""One statement per claim batch (C01-C08): burial of lapsed final attempts, reclaim of
-lapsed rows with attempts left (first, recording ``LeaseExpired``; a lapsed held claim,
-F04, is taken as it was, nothing recorded, never buried), then due rows per
-queue in (priority desc, run_at, id) order, each queue read through the partial index
-``jobs_due`` (LATERAL, so every queue's scan stops after ``limit`` rows). SKIP LOCKED
-lets concurrent claimers pass each other; a row another claim moved is re-checked
-against the WHERE clause (READ COMMITTED re-evaluation) before it is taken. With
-``start`` false the taken rows are held: ``attempt`` and ``attempted_at`` stay."""
+""")
+    """One statement per claim batch (C01-C08): burial of lapsed final attempts, reclaim of
+    lapsed rows with attempts left (first, recording ``LeaseExpired``; a lapsed held claim,
+    F04, is taken as it was, nothing recorded, never buried), then due rows per
+    queue in (priority desc, run_at, id) order, each queue read through the partial index
+    ``jobs_due`` (LATERAL, so every queue's scan stops after ``limit`` rows). SKIP LOCKED
+    lets concurrent claimers pass each other; a row another claim moved is re-checked
+    against the WHERE clause (READ COMMITTED re-evaluation) before it is taken. With
+    ``start`` false the taken rows are held: ``attempt`` and ``attempted_at`` stay."""
 
-HEARTBEAT: Final = f"""
-UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {_ms("lease_ms")}
+    HEARTBEAT = Sql(f"""
+UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms("lease_ms")}
 WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
 RETURNING j.id
-"""
+""")
 
-_TOKENS: Final = """jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)"""
-_FENCED: Final = """j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(items)s::jsonb) AS e))
-  AND j.id = (t.item->>0)::bigint AND (j.state = 'running') IS TRUE AND j.worker_id = t.item->>1
-  AND j.claim_no = (t.item->>2)::bigint"""
-"""Each row fenced on its own token, read by primary key alone. Joined on the tokens, the
-planner hashed every running row (a held backlog is hundreds per worker: a millisecond per
-small batch); given the ids it still ANDed the partial index of running rows in, reading all
-of it. ``IS TRUE`` keeps the state check out of index matching (it is the same test)."""
-
-START: Final = f"""
+    START = Sql(f"""
 UPDATE {{jobs}} AS j SET attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
 FROM {_TOKENS}
 WHERE {_FENCED}
 RETURNING t.ord
-"""
-"""Start held attempts (F04), one statement per batch, each row fenced on its own token
-(items as :data:`ACK_MANY` takes them, without the result). A started row is written
-unchanged, so a repeated start answers its item again. It sets no indexed column (nor
-``state``, which the partial indexes' predicates read), so the update can be HOT."""
+""")
+    """Start held attempts (F04), one statement per batch, each row fenced on its own token
+    (items as :data:`ACK_MANY` takes them, without the result). A started row is written
+    unchanged, so a repeated start answers its item again. It sets no indexed column (nor
+    ``state``, which the partial indexes' predicates read), so the update can be HOT."""
 
-ACK_MANY: Final = f"""
-UPDATE {{jobs}} AS j SET
-    state = 'done', result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
-    attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
-FROM {_TOKENS}
-WHERE {_FENCED}
-RETURNING t.ord, {_lean("j")}
-"""
-"""One round trip for a batch of acks (S01, S07); each row fenced on its own token. The
-items are one JSON array of ``[id, worker_id, claim_no, result text or null]``: one
-parameter the client writes in C, where four arrays took a Python loop per element. Claim
-and ack, the statements every job passes through, send an empty error history as NULL.
-A held claim is started first (F04): its attempt counts."""
+    ACK_MANY = Sql(f"{_ACK}RETURNING t.ord, {_lean('j')}\n")
+    """One round trip for a batch of acks (S01, S07); each row fenced on its own token. The
+    items are one JSON array of ``[id, worker_id, claim_no, result text or null]``: one
+    parameter the client writes in C, where four arrays took a Python loop per element. Claim
+    and ack, the statements every job passes through, send an empty error history as NULL.
+    A held claim is started first (F04): its attempt counts."""
 
-ACK_MANY_LANDED: Final = ACK_MANY.split("RETURNING")[0] + "RETURNING t.ord\n"
-""":data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
-landed_only=True)``): no row goes back to the client to be decoded."""
+    ACK_MANY_LANDED = Sql(f"{_ACK}RETURNING t.ord\n")
+    """:data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
+    landed_only=True)``): no row goes back to the client to be decoded."""
 
-NACK: Final = f"""
+    NACK = Sql(f"""
 WITH cur AS (
     SELECT j.id, CASE
         WHEN %(fail)s::boolean THEN 'failed'
@@ -375,44 +341,65 @@ WITH cur AS (
     RETURNING {_COLS}
 ), {_WOKE.format(source="upd", cond=f"u.state = 'scheduled' AND u.run_at <= {NOW}")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
-"""
-"""The nack target (S02-S05), first match wins: fail, park, out of attempts, retry (at
-``retry_at`` when given, else the store's now). A held claim is started first (F04), so
-giving it back uncounted leaves its attempt as it was."""
+""")
+    """The nack target (S02-S05), first match wins: fail, park, out of attempts, retry (at
+    ``retry_at`` when given, else the store's now). A held claim is started first (F04), so
+    giving it back uncounted leaves its attempt as it was."""
+
 
 # --- introspection and operator verbs ---------------------------------------------------
 
-GET: Final = f"SELECT {_COLS} FROM {{jobs}} AS j WHERE j.id = %(id)s"
+# Bulk verbs (O05): ``f_states`` is already the verb's guard intersected with the filter,
+# and the UPDATE/DELETE re-checks the guard. ``remaining`` = eligible before - moved now.
+_TARGET: Final = f"target AS (SELECT j.id FROM {{jobs}} AS j WHERE {_FILTER} ORDER BY j.id LIMIT %(limit)s FOR UPDATE)"
+_ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
 
-JOB_STATE: Final = "SELECT j.state, j.name, j.key FROM {jobs} AS j WHERE j.id = %(id)s"
+_REQUEUEABLE: Final = f"""
+SELECT c.id FROM (
+    SELECT j.id, j.key, row_number() OVER (PARTITION BY j.name, j.key ORDER BY j.id) AS rn
+    FROM {{jobs}} AS j
+    WHERE {_FILTER} AND (j.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {LIVE}))
+) AS c WHERE c.key IS NULL OR c.rn = 1
+"""
+"""Finished rows requeue_many may move (O06): no live holder of the key, and only the
+oldest of several finished rows sharing a name and key."""
 
-LIST_OLDER: Final = f"""
+
+class OperatorStatements:
+    """Introspection and the operator verbs (rules O), on one job and many."""
+
+    GET = Sql(f"SELECT {_COLS} FROM {{jobs}} AS j WHERE j.id = %(id)s")
+
+    JOB_STATE = Sql("SELECT j.state, j.name, j.key FROM {jobs} AS j WHERE j.id = %(id)s")
+
+    LIST_OLDER = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
 WHERE {_FILTER} AND (%(cursor)s::bigint IS NULL OR j.id < %(cursor)s::bigint)
 ORDER BY j.id DESC LIMIT %(limit)s
-"""
+""")
 
-LIST_NEWER: Final = f"""
+    LIST_NEWER = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
 WHERE {_FILTER} AND j.id > %(cursor)s::bigint
 ORDER BY j.id ASC LIMIT %(limit)s
-"""
+""")
 
-STATS: Final = f"""
+    STATS = Sql(f"""
 SELECT j.queue, j.state, count(*), NULL::interval FROM {{jobs}} AS j GROUP BY j.queue, j.state
 UNION ALL
 SELECT j.queue, NULL, NULL, {NOW} - min(j.run_at) FROM {{jobs}} AS j
 WHERE j.state IN ('ready', 'scheduled') AND j.run_at <= {NOW} GROUP BY j.queue
-"""
-"""Counts per (queue, state), then per queue the age of its oldest due job on the store's clock (O08)."""
+""")
+    """Counts per (queue, state), then per queue the age of its oldest due job on the store's clock (O08)."""
 
-DEAD_LETTERS: Final = f"""
+    DEAD_LETTERS = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
 WHERE j.state = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 ORDER BY j.finished_at DESC, j.id DESC LIMIT %(limit)s
-"""
+""")
 
-RESCUE: Final = f"""
+    RESCUE = Sql(f"""
 WITH lapsed AS (
     SELECT j.id, j.attempt >= j.max_attempts AND NOT j.held AS spent FROM {{jobs}} AS j
     WHERE j.state = 'running' AND j.lease_expires_at <= {NOW}
@@ -434,198 +421,119 @@ SELECT kind, {_BARE} FROM buried
 UNION ALL
 SELECT back.kind, {", ".join(f"back.{c}" for c in JOB_COLUMNS)} FROM back CROSS JOIN woke
 ORDER BY kind, id
-"""
-"""C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``.
-A lapsed held claim (F04) goes back as it was: nothing recorded, never buried."""
+""")
+    """C10: every queue. Requeued rows keep their claim_no; their old token dies with ``running``.
+    A lapsed held claim (F04) goes back as it was: nothing recorded, never buried."""
 
-CANCEL: Final = f"""
+    CANCEL = Sql(f"""
 UPDATE {{jobs}} AS j SET
     state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
     errors = {_entry("'Cancelled'::text", "%(message)s::text")}
-WHERE j.id = %(id)s AND j.state IN {_LIVE}
+WHERE j.id = %(id)s AND j.state IN {LIVE}
 RETURNING {_COLS}
-"""
+""")
 
-REQUEUE: Final = f"""
+    REQUEUE = Sql(f"""
 WITH upd AS (
     UPDATE {{jobs}} AS j SET state = 'ready', attempt = 0, run_at = {NOW}, finished_at = NULL, result = NULL
-    WHERE j.id = %(id)s AND j.state IN {_FINISHED}
+    WHERE j.id = %(id)s AND j.state IN {FINISHED}
       AND (j.key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {_LIVE}))
+          SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {LIVE}))
     RETURNING {_COLS}
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
-"""
+""")
 
-REMOVE: Final = f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND j.state <> 'running' RETURNING {_COLS}"
+    REMOVE = Sql(f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND j.state <> 'running' RETURNING {_COLS}")
 
-MAKE_DUE: Final = f"""
+    MAKE_DUE = Sql(f"""
 WITH upd AS (
     UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}, attempt = LEAST(j.attempt, j.max_attempts - 1)
     WHERE j.id = %(id)s AND j.state = %(from_state)s
     RETURNING {_COLS}
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
-"""
-"""promote (from ``scheduled``) and resume (from ``suspended``): ready, due now, an attempt left (O04, S05)."""
+""")
+    """promote (from ``scheduled``) and resume (from ``suspended``): ready, due now, an attempt left (O04, S05)."""
 
-# Bulk verbs (O05): ``f_states`` is already the verb's guard intersected with the filter,
-# and the UPDATE/DELETE re-checks the guard. ``remaining`` = eligible before - moved now.
-_TARGET: Final = f"target AS (SELECT j.id FROM {{jobs}} AS j WHERE {_FILTER} ORDER BY j.id LIMIT %(limit)s FOR UPDATE)"
-_ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
-
-CANCEL_MANY: Final = f"""
+    CANCEL_MANY = Sql(f"""
 WITH {_TARGET}, upd AS (
     UPDATE {{jobs}} AS j SET
         state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
         errors = {_entry("'Cancelled'::text", "%(message)s::text")}
-    FROM target AS t WHERE j.id = t.id AND j.state IN {_LIVE}
+    FROM target AS t WHERE j.id = t.id AND j.state IN {LIVE}
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
-"""
+""")
 
-REMOVE_MANY: Final = f"""
+    REMOVE_MANY = Sql(f"""
 WITH {_TARGET}, del AS (
     DELETE FROM {{jobs}} AS j USING target AS t WHERE j.id = t.id AND j.state <> 'running' RETURNING j.id
 )
 SELECT (SELECT count(*) FROM del), {_ELIGIBLE}
-"""
+""")
 
-PROMOTE_MANY: Final = f"""
+    PROMOTE_MANY = Sql(f"""
 WITH {_TARGET}, upd AS (
     UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}
     FROM target AS t WHERE j.id = t.id AND j.state = 'scheduled'
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}, (SELECT n FROM woke)
-"""
+""")
 
-_REQUEUEABLE: Final = f"""
-SELECT c.id FROM (
-    SELECT j.id, j.key, row_number() OVER (PARTITION BY j.name, j.key ORDER BY j.id) AS rn
-    FROM {{jobs}} AS j
-    WHERE {_FILTER} AND (j.key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {_LIVE}))
-) AS c WHERE c.key IS NULL OR c.rn = 1
-"""
-"""Finished rows requeue_many may move (O06): no live holder of the key, and only the
-oldest of several finished rows sharing a name and key."""
-
-REQUEUE_MANY_PICK: Final = f"{_REQUEUEABLE} ORDER BY c.id LIMIT %(limit)s"
-REQUEUE_MANY_COUNT: Final = f"SELECT count(*) FROM ({_REQUEUEABLE}) AS r"
-REQUEUE_MANY_APPLY: Final = f"""
+    REQUEUE_MANY_PICK = Sql(f"{_REQUEUEABLE} ORDER BY c.id LIMIT %(limit)s")
+    REQUEUE_MANY_COUNT = Sql(f"SELECT count(*) FROM ({_REQUEUEABLE}) AS r")
+    REQUEUE_MANY_APPLY = Sql(f"""
 WITH upd AS (
     UPDATE {{jobs}} AS j SET
         state = CASE WHEN t.offset_ms > 0 THEN 'scheduled' ELSE 'ready' END, attempt = 0,
         run_at = {NOW} + t.offset_ms * interval '1 millisecond', finished_at = NULL, result = NULL
     FROM unnest(%(ids)s::bigint[], %(offsets_ms)s::bigint[]) AS t(id, offset_ms)
-    WHERE j.id = t.id AND j.state IN {_FINISHED}
+    WHERE j.id = t.id AND j.state IN {FINISHED}
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), (SELECT n FROM woke)
-"""
-"""Requeue the picked rows, each due its offset (ms) after the store's now (O06's spread)."""
+""")
+    """Requeue the picked rows, each due its offset (ms) after the store's now (O06's spread)."""
 
-# --- fleet leases (rules K) -------------------------------------------------------------
 
-LEASE_LOCK: Final = "SELECT pg_advisory_xact_lock(%(space)s::int, hashtext(%(key)s::text))"
-"""Serialises acquirers of one key, so two cannot both see a free slot."""
+class LeaseStatements:
+    """Fleet leases (rules K)."""
 
-LEASE_PURGE: Final = f"DELETE FROM {{leases}} AS l WHERE l.key = %(key)s AND l.expires_at <= {NOW}"
+    LEASE_LOCK = Sql("SELECT pg_advisory_xact_lock(%(space)s::int, hashtext(%(key)s::text))")
+    """Serialises acquirers of one key, so two cannot both see a free slot."""
 
-LEASE_ACQUIRE: Final = f"""
+    LEASE_PURGE = Sql(f"DELETE FROM {{leases}} AS l WHERE l.key = %(key)s AND l.expires_at <= {NOW}")
+
+    LEASE_ACQUIRE = Sql(f"""
 INSERT INTO {{leases}} AS l (key, holder, expires_at)
-SELECT %(key)s, %(holder)s, {NOW} + {_ms("ttl_ms")}
+SELECT %(key)s, %(holder)s, {NOW} + {ms("ttl_ms")}
 WHERE EXISTS (SELECT 1 FROM {{leases}} AS o WHERE o.key = %(key)s AND o.holder = %(holder)s)
    OR (SELECT count(*) FROM {{leases}} AS o WHERE o.key = %(key)s) < %(limit)s
 ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at
 RETURNING l.holder
-"""
+""")
 
-LEASE_RENEW: Final = f"""
-UPDATE {{leases}} AS l SET expires_at = {NOW} + {_ms("ttl_ms")}
+    LEASE_RENEW = Sql(f"""
+UPDATE {{leases}} AS l SET expires_at = {NOW} + {ms("ttl_ms")}
 WHERE l.key = %(key)s AND l.holder = %(holder)s AND l.expires_at > {NOW}
 RETURNING l.holder
-"""
+""")
 
-LEASE_RELEASE: Final = "DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.holder = %(holder)s RETURNING l.holder"
-
-# --- schema -----------------------------------------------------------------------------
-
-SCHEMA_VERSION: Final = "SELECT coalesce(max(v.version), 0) FROM {versions} AS v"
-
-STORE_NOW: Final = "SELECT now()"
-"""The store's time, for ``driver.clock`` (a :class:`~jobcore.clock.StoreClock`): what callers
-compute ahead of a call (a worker's retry time, a scheduler's next occurrence)."""
-
-_NAMES: Final = (
-    "ENQUEUE", "ENQUEUE_ONE", "ENQUEUE_MANY", "ENQUEUE_UNIFORM", "KEY_HOLDER", "CLAIM", "HEARTBEAT", "START",
-    "ACK_MANY", "ACK_MANY_LANDED", "NACK", "GET", "JOB_STATE", "LIST_OLDER", "LIST_NEWER", "STATS", "DEAD_LETTERS",
-    "RESCUE", "CANCEL", "REQUEUE", "REMOVE", "MAKE_DUE", "CANCEL_MANY", "REMOVE_MANY", "PROMOTE_MANY",
-    "REQUEUE_MANY_PICK", "REQUEUE_MANY_COUNT", "REQUEUE_MANY_APPLY", "LEASE_LOCK", "LEASE_PURGE", "LEASE_ACQUIRE",
-    "LEASE_RENEW", "LEASE_RELEASE", "SCHEMA_VERSION", "STORE_NOW",
-)
+    LEASE_RELEASE = Sql("DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.holder = %(holder)s RETURNING l.holder")
 
 
-def names(schema: str) -> dict[str, sql.Composable]:
-    """The identifiers the templates name, for ``schema``."""
-    return {
-        "jobs": sql.Identifier(schema, "jobs"),
-        "leases": sql.Identifier(schema, "leases"),
-        "schedules": sql.Identifier(schema, "schedules"),
-        "versions": sql.Identifier(schema, "schema_versions"),
-        "seq": sql.SQL("{}::regclass").format(sql.Literal(sql.Identifier(schema, "jobs_id_seq").as_string())),
-        "schema": sql.Identifier(schema),
-    }
+class StoreStatements:
+    """The store itself: its schema version and its clock."""
+
+    SCHEMA_VERSION = Sql("SELECT coalesce(max(v.version), 0) FROM {versions} AS v")
+
+    STORE_NOW = Sql("SELECT now()")
+    """The store's time, for ``driver.clock`` (a :class:`~jobcore.clock.StoreClock`): what callers
+    compute ahead of a call (a worker's retry time, a scheduler's next occurrence)."""
 
 
-class Statements:
-    """Every statement above rendered for one schema (bytes, ready for ``execute``)."""
-
-    ENQUEUE: bytes
-    ENQUEUE_ONE: bytes
-    ENQUEUE_MANY: bytes
-    ENQUEUE_UNIFORM: bytes
-    KEY_HOLDER: bytes
-    CLAIM: bytes
-    HEARTBEAT: bytes
-    START: bytes
-    ACK_MANY: bytes
-    ACK_MANY_LANDED: bytes
-    NACK: bytes
-    GET: bytes
-    JOB_STATE: bytes
-    LIST_OLDER: bytes
-    LIST_NEWER: bytes
-    STATS: bytes
-    DEAD_LETTERS: bytes
-    RESCUE: bytes
-    CANCEL: bytes
-    REQUEUE: bytes
-    REMOVE: bytes
-    MAKE_DUE: bytes
-    CANCEL_MANY: bytes
-    REMOVE_MANY: bytes
-    PROMOTE_MANY: bytes
-    REQUEUE_MANY_PICK: bytes
-    REQUEUE_MANY_COUNT: bytes
-    REQUEUE_MANY_APPLY: bytes
-    LEASE_LOCK: bytes
-    LEASE_PURGE: bytes
-    LEASE_ACQUIRE: bytes
-    LEASE_RENEW: bytes
-    LEASE_RELEASE: bytes
-    SCHEMA_VERSION: bytes
-    STORE_NOW: bytes
-
-    def __init__(self, schema: str) -> None:
-        idents = names(schema)
-        for name in _NAMES:
-            template: str = globals()[name]
-            setattr(self, name, sql.SQL(template).format(**idents).as_bytes())
-
-
-def render(template: str, schema: str) -> bytes:
-    """One template rendered for ``schema`` (migrations and tests)."""
-    return sql.SQL(template).format(**names(schema)).as_bytes()
+class JobStatements(EnqueueStatements, SettleStatements, OperatorStatements, LeaseStatements, StoreStatements):
+    """Every statement of jobs, fleet leases and the store."""

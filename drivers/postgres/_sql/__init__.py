@@ -1,0 +1,96 @@
+"""Every statement the PostgreSQL driver sends, in one place, rendered by one function.
+
+- :mod:`.jobs`, :mod:`.prune` and :mod:`.schedules` declare the driver's statements as
+  class attributes, ``NAME = Sql(template)``: the attribute is the statement's only name.
+  :class:`Statements` is all of them; an instance holds each rendered for one schema, as
+  bytes ready for ``execute`` (``driver.q.CLAIM``), so the hot path never composes SQL.
+- :mod:`.schema` holds the migration steps and the statements that apply them.
+- :data:`SESSION` (a new connection's set-up) and :data:`LISTEN` (wake-ups) are here.
+
+Templates name their tables as ``{jobs}``, ``{leases}``, ``{schedules}``, ``{versions}``,
+``{seq}`` (and ``{schema}``, ``{seq_name}`` in migrations); :func:`render`, the one
+renderer, fills those with quoted identifiers of the configured schema
+(``psycopg.sql.Identifier``). Values are always bind parameters (``%(name)s``): nothing
+a caller passes is ever spliced into text. Time is read only through :data:`NOW` (see
+:mod:`.common`).
+
+Variants share parts rather than editing finished SQL: ``ACK_MANY`` and
+``ACK_MANY_LANDED`` are one update with two ``RETURNING`` lists.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Final
+
+from psycopg import sql
+
+from .common import NOW, NOW_MS, Sql
+from .jobs import JOB_COLUMNS, JobStatements
+from .prune import PruneStatements
+from .schedules import SCHEDULE_COLUMNS, ScheduleStatements
+
+__all__ = [
+    "JOB_COLUMNS", "LISTEN", "NOW", "NOW_MS", "SCHEDULE_COLUMNS", "SESSION", "Sql", "Statements", "names", "render",
+]
+
+SESSION: Final = (
+    b"SELECT pg_backend_pid() = %(pid)s::int OR %(direct)s::bool,"
+    b" CASE WHEN pg_backend_pid() = %(pid)s::int OR %(direct)s::bool THEN"
+    b" (SELECT string_agg(set_config(n, v, false), ',') FROM unnest(%(names)s::text[], %(values)s::text[]) AS s (n, v))"
+    b" END"
+)
+"""A new connection's set-up, one round trip (:class:`._pool.Session`): whether the backend
+pid libpq was given is the server's (``direct`` forces yes), and only then the session
+settings ``names``/``values`` (a transaction pooler would leave them on some other client's
+server connection). Sent as is: it names no table, so it is the same for every schema."""
+
+LISTEN: Final = "LISTEN {channel}"
+"""A subscription's wake-ups (:mod:`._notify`): ``channel`` is the schema's NOTIFY channel."""
+
+
+@functools.lru_cache(maxsize=64)
+def names(schema: str) -> Mapping[str, sql.Composable]:
+    """The identifiers the templates name, for ``schema``."""
+    return {
+        "jobs": sql.Identifier(schema, "jobs"),
+        "leases": sql.Identifier(schema, "leases"),
+        "schedules": sql.Identifier(schema, "schedules"),
+        "versions": sql.Identifier(schema, "schema_versions"),
+        "seq": sql.SQL("{}::regclass").format(sql.Literal(sql.Identifier(schema, "jobs_id_seq").as_string())),
+        "seq_name": sql.Identifier(schema, "jobs_id_seq"),
+        "schema": sql.Identifier(schema),
+    }
+
+
+def render(template: str, schema: str | None = None, **parts: sql.Composable) -> bytes:
+    """``template`` as bytes for ``execute``: the identifiers of ``schema`` (and ``parts``) in its braces.
+
+    The only renderer of the driver's SQL. ``parts`` are further identifiers (``LISTEN``'s
+    channel) or, for a migration's record, constants of :mod:`.schema` as literals."""
+    fill = {**names(schema), **parts} if schema is not None else parts
+    return sql.SQL(template).format(**fill).as_bytes()
+
+
+class Statements(JobStatements, PruneStatements, ScheduleStatements):
+    """Every declared statement rendered for one schema (bytes, ready for ``execute``)."""
+
+    def __init__(self, schema: str) -> None:
+        for name, statement in DECLARED.items():
+            self.__dict__[name] = render(statement.text, schema)
+
+
+def _declared() -> dict[str, Sql]:
+    found: dict[str, Sql] = {}
+    for part in Statements.__mro__[1:]:
+        for name, value in vars(part).items():
+            if isinstance(value, Sql):
+                if name in found:
+                    raise TypeError(f"statement {name} is declared twice")
+                found[name] = value
+    return found
+
+
+DECLARED: Final = _declared()
+"""Every statement of :class:`Statements` by name (its declaration: template and name)."""
