@@ -58,7 +58,8 @@ def _setup(prefetch: int) -> tuple[MemoryDriver, ManualClock, Registry, threadin
         retention=None,
         scheduler=False,
     )
-    worker._running.run_time, worker._claiming.claim_rtt = 1e-6, 1.0  # handlers look far quicker than a claim: prefetch in full
+    # handlers look far quicker than a claim: prefetch in full
+    worker._running.run_time, worker._claiming.claim_rtt = 1e-6, 1.0
     return driver, clock, registry, started, release, worker
 
 

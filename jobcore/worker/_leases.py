@@ -140,13 +140,12 @@ class Leases:
         w = self._w
         book = w._attempts
         with book.lock:
-            if give_back and book.move(attempt, S.FINISHING, only_from=(S.QUEUED,)):
-                pass
-            elif book.move(attempt, S.LOST):
-                give_back = False
+            # A give-back only while it is still queued; one that started meanwhile is lost.
+            give_back = give_back and book.move(attempt, S.FINISHING, only_from=(S.QUEUED,))
+            if not give_back:
+                if not book.move(attempt, S.LOST):
+                    return
                 book.active.pop(attempt.job.id, None)
-            else:
-                return
         w._count("lost", 1)
         if give_back:
             error = error_type("StaleClaim")(f"not started: its lease ran out in worker {w.worker_id}")
