@@ -15,16 +15,16 @@ moves time (:meth:`JobTester.advance`), and answers what was enqueued::
             jobs.run_due()                            # runs it (and whatever it enqueues)
 
 With pytest, add ``pytest_plugins = ["jobcore.testing"]`` to a ``conftest.py`` and take
-the ``job_tester`` fixture. Handlers run exactly as a worker runs them (retries with
-backoff, terminal types, dead letters) except that timeouts and concurrency limits
-are not enforced: there is only one thread.
+the ``job_tester`` fixture. Handlers run through the worker's own execution code
+(:mod:`jobcore.worker._execution`: retries with backoff, terminal types, dead letters,
+unstorable results) except that timeouts and concurrency limits are not enforced:
+there is only one thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,10 +32,17 @@ from typing import Any
 from jobcore.clock import ManualClock, SystemClock, to_millis
 from jobcore.current import use_job_driver
 from jobcore.driver import JobDriver
-from jobcore.errors import JobNotRegistered
 from jobcore.records import Job, JobState
-from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
-from jobcore.worker import call_handler, handler_error, logger, retry_policy
+from jobcore.registry import JobContext, Registry, default_registry, job_logger
+from jobcore.worker._execution import (
+    find_handler,
+    handler_error,
+    logger,
+    retry_options,
+    run_async,
+    run_sync,
+    unstorable,
+)
 
 __all__ = ["ANY", "JobTester", "job_tester"]
 
@@ -98,27 +105,25 @@ class JobTester:
                 raise raised
 
     def _run_one(self, job: Job, token: Any) -> tuple[Job, BaseException | None]:
+        """Run one claimed attempt through the worker's own execution code, and settle it."""
         log = job_logger(logger, job)
-        raised: BaseException
-        handle: JobHandle | None = None
-        try:
-            handle = self.registry.get(job.name)
-        except JobNotRegistered as exc:
-            raised = exc
-        else:
+        raised: BaseException | None
+        handle, raised = find_handler(self.registry, job, log)
+        if handle is not None:
             ctx = JobContext(job, token, log=log)
-            try:
-                result = call_handler(handle, job, ctx)
-                if inspect.isawaitable(result):
-                    result = asyncio.run(_await(result))
-            except Exception as exc:
-                raised = exc
-            else:
-                answer = self.driver.ack(token, result)
-                assert answer is not None
-                return answer, None
+            outcome = asyncio.run(run_async(handle, job, ctx)) if handle.is_async else run_sync(handle, job, ctx)
+            raised = outcome.raised
+            if raised is not None and not isinstance(raised, Exception):
+                raise raised  # KeyboardInterrupt, SystemExit...: the test run stops, as it would without jobcore
+            if raised is None:
+                raised = unstorable(outcome.result)  # W07: a result that cannot be stored fails the attempt
+                if raised is None:
+                    answer = self.driver.ack(token, outcome.result)
+                    assert answer is not None
+                    return answer, None
+        assert raised is not None
         self.errors.append((job, raised))
-        options = retry_policy(handle, job, raised, self.clock.now())
+        options = retry_options(self.clock.now(), handle, job, raised)
         answer = self.driver.nack(token, handler_error(raised), **options)
         assert answer is not None
         return answer, raised
@@ -164,10 +169,6 @@ class JobTester:
 
 def _with(payload: Any) -> str:
     return "" if payload is ANY else f" with payload {payload!r}"
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 @contextlib.contextmanager

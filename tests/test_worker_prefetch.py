@@ -58,20 +58,21 @@ def _setup(prefetch: int) -> tuple[MemoryDriver, ManualClock, Registry, threadin
         retention=None,
         scheduler=False,
     )
-    worker._run_time, worker._claim_rtt = 1e-6, 1.0  # handlers look far quicker than a claim: prefetch in full
+    # handlers look far quicker than a claim: prefetch in full
+    worker._running.run_time, worker._claiming.claim_rtt = 1e-6, 1.0
     return driver, clock, registry, started, release, worker
 
 
 def _count_loop_turns(worker: Worker) -> list[int]:
     """A one-item list counting the claim loop's turns (each asks how far to prefetch)."""
     turns = [0]
-    target = worker._backlog_target
+    target = worker._claiming.backlog_target
 
     def counted() -> int:
         turns[0] += 1
         return target()
 
-    worker._backlog_target = counted  # type: ignore[method-assign]
+    worker._claiming.backlog_target = counted  # type: ignore[method-assign]
     return turns
 
 
@@ -141,7 +142,7 @@ def test_no_prefetch_claims_only_free_slots() -> None:
 def test_slow_handlers_are_not_prefetched() -> None:
     """A handler slower than a claim round trip gets no jobs held back for it."""
     driver, _clock, _registry, started, release, worker = _setup(prefetch=3)
-    worker._run_time, worker._claim_rtt = 1.0, 0.001
+    worker._running.run_time, worker._claiming.claim_rtt = 1.0, 0.001
     turns = _count_loop_turns(worker)
     worker.start()
     try:

@@ -1,0 +1,491 @@
+"""Claiming: the claim loop, the backlog (prefetch), and starting claimed attempts.
+
+The claim loop claims batches sized to the worker's free slots plus a backlog of what
+the slots run in one claim round trip, wakes on the driver's notifications where it
+has them and polls otherwise, announces buried jobs (C08) and runs
+``introspect.rescue()`` periodically (C10). Jobs are claimed *held* where the driver
+offers it (``deferred_start``, F04): a job waiting in the backlog has not started, so a
+worker that dies, stalls or never gets a claim's reply spends no attempt of it. Each
+attempt is started in the store (``driver.start``, batched across runners) right
+before its handler runs, and only while its local deadline is at least a margin ahead
+(F03); it takes its fleet concurrency slot first.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from jobcore import events
+from jobcore import validate as v
+from jobcore.clock import to_millis
+from jobcore.driver import DeferredStart, JobDriver
+from jobcore.errors import JobNotRegistered, SchemaOutdated
+from jobcore.records import Claimed, ClaimToken, Job, JobState
+from jobcore.registry import JobContext, JobHandle, job_logger
+from jobcore.worker._attempt import Attempt, AttemptStatus
+from jobcore.worker._execution import error_type, find_handler, logger
+from jobcore.worker._settling import RETRY_CAP, RETRY_FIRST, Stop
+
+if TYPE_CHECKING:
+    from jobcore.worker import Worker
+
+S = AttemptStatus
+
+MARK_LINGER = 0.005
+"""Seconds the marker waits, after the first start of a round, before recording the starts
+of the handlers still running (F04); those that ended meanwhile are started by their settles."""
+
+CONCURRENCY_RETRY = 1.0
+"""Seconds (jittered) before a job held back by its concurrency limit is offered again."""
+
+
+def takes_start(driver: JobDriver) -> bool:
+    """Whether to claim held and start in the store (F04): the driver declares
+    ``deferred_start`` and offers ``start`` (a wrapper may pass ``capabilities`` through)."""
+    return "deferred_start" in driver.capabilities and callable(getattr(driver, "start", None))
+
+
+class Starter:
+    """Starts held attempts in the store, many runners' in one ``driver.start`` call (F04).
+
+    Flat combining: a runner that finds no call in flight sends one for every start
+    waiting (its own and those queued meanwhile); the others wait for its answer. So a
+    start costs one round trip per batch, and no thread is added.
+    """
+
+    def __init__(self, start: Callable[[list[ClaimToken]], list[bool]]) -> None:
+        self._start = start
+        self._cond = threading.Condition()
+        self._waiting: list[list[Any]] = []  # [token, answer, error, done]
+        self._sending = False
+
+    def start(self, tokens: list[ClaimToken]) -> list[bool | BaseException]:
+        """Each token's answer: True (started), False (not current), or the exception of the call."""
+        mine = [[token, False, None, False] for token in tokens]
+        with self._cond:
+            self._waiting.extend(mine)
+            while not all(entry[3] for entry in mine):
+                if self._sending:
+                    self._cond.wait()
+                    continue
+                batch, self._waiting = self._waiting, []
+                self._sending = True
+                self._cond.release()
+                error: BaseException | None = None
+                answers: list[bool] | None = None
+                try:
+                    answers = self._start([entry[0] for entry in batch])
+                except BaseException as exc:  # every waiter learns it; a non-Exception is raised on below
+                    error = exc
+                finally:
+                    for index, entry in enumerate(batch):
+                        entry[1] = bool(answers[index]) if answers is not None else False
+                        entry[2] = error if error is not None or answers is not None else RuntimeError("no answer")
+                        entry[3] = True
+                    self._cond.acquire()
+                    self._sending = False
+                    self._cond.notify_all()
+                if error is not None and not isinstance(error, Exception):
+                    raise error
+        return [cast("BaseException", entry[2]) if entry[2] is not None else bool(entry[1]) for entry in mine]
+
+
+class Claimer:
+    """Claims jobs for one worker, keeps its backlog, and starts attempts into free slots."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._w = worker
+        self.starter: Starter | None = None  # set at start when the driver holds claims (F04)
+        self._marks: queue_mod.SimpleQueue[Attempt | Stop] = queue_mod.SimpleQueue()  # starts to record (F04)
+        self.claim_rtt = 0.0  # seconds per claim round trip (moving average)
+
+    # -- the claim loop --------------------------------------------------------------
+
+    def loop(self) -> None:
+        """Claim until the worker stops (W03, F06: nothing a handler or the store does ends it)."""
+        w = self._w
+        book = w._attempts
+        next_rescue = time.monotonic() if w.rescue_interval is not None else None
+        failures = 0
+        held = self.starter is not None
+        while not w._stopping.is_set():
+            if next_rescue is not None and time.monotonic() >= next_rescue:
+                assert w.rescue_interval is not None
+                next_rescue = time.monotonic() + w.rescue_interval
+                self._rescue()
+            self.pump()
+            with book.cond:
+                target = self.backlog_target()
+                room = w.concurrency - book.busy + target - len(book.backlog)
+                # With jobs still waiting, top the backlog up in halves, not a job at a time.
+                if room <= 0 or (book.backlog and room < max(1, target // 2)):
+                    book.cond.wait(w.poll_interval)
+                    continue
+            w._wake.clear()
+            if w._stopping.is_set():
+                break
+            try:
+                sent, local = time.monotonic(), w._timer()
+                options: dict[str, Any] = {"start": False} if held else {}
+                result = w.driver.claim(
+                    w.queues, worker_id=w.worker_id, limit=min(room, v.MAX_CLAIM_BATCH), lease=w.lease,
+                    drop_exhausted=w.registry.drop_exhausted(), **options,
+                )
+                self.claim_rtt += (time.monotonic() - sent - self.claim_rtt) / 8
+            except SchemaOutdated:
+                raise  # no retry mends it: someone must run `jobcore migrate` (or upgrade jobcore)
+            except Exception:
+                # F06: try again soon (within RETRY_CAP of the store's return), log sparingly.
+                w._log_failure("claim")
+                delay = min(w.poll_interval, RETRY_CAP, RETRY_FIRST * 2**failures)
+                failures += 1
+                w._stopping.wait(delay * w._rng.uniform(0.8, 1.2))
+                continue
+            if failures:
+                failures = 0
+                w._recovered("claim")
+            for job in result.buried:
+                self.announce_buried(job)
+            if result.claimed:
+                w._count("claimed", len(result.claimed))
+            for claimed in result.claimed:
+                try:
+                    self._launch(claimed, local, held)
+                except Exception:  # W03: one job's trouble never ends the loop; its lease lapses
+                    job_logger(logger, claimed.job).exception("could not start job %s", claimed.job.id)
+            self.pump()
+            if len(result.claimed) < room:
+                w._wake.wait(w.poll_interval)
+
+    def backlog_target(self) -> int:
+        """Jobs to hold claimed beyond the free slots: what the slots run in one claim round trip.
+
+        A handler that takes longer than a claim round trip gets no prefetch at all, so a
+        worker never sits on jobs another worker could be running.
+        """
+        w = self._w
+        run_time = w._running.run_time
+        if run_time is None or not w.prefetch:
+            return 0
+        wanted = w.concurrency * self.claim_rtt / max(run_time, 1e-6)
+        return min(w.prefetch, int(wanted))
+
+    def pump(self) -> None:
+        """Start claimed jobs waiting in the backlog while slots are free, their store starts in one call."""
+        w = self._w
+        while True:
+            reserved = self._reserve(w.concurrency)
+            if not reserved:
+                return
+            for attempt in self._start(reserved):
+                w._running.dispatch(attempt)
+
+    def next_inline(self) -> Attempt | None:
+        """The next backlog attempt a runner thread that just finished one should run, started; None when none."""
+        while True:
+            reserved = self._reserve()
+            if not reserved:
+                return None
+            runnable = self._start(reserved)
+            if runnable:
+                return runnable[0]
+
+    def _reserve(self, most: int = 1) -> list[Attempt]:
+        """Take up to ``most`` waiting attempts and a slot for each (status ``starting``)."""
+        w = self._w
+        book = w._attempts
+        taken: list[Attempt] = []
+        with book.lock:
+            while len(taken) < most and book.backlog and book.busy < w.concurrency and not w._stopping.is_set():
+                attempt = book.backlog.popleft()
+                if book.move(attempt, S.STARTING):  # not lost while it waited
+                    taken.append(attempt)
+        return taken
+
+    def _rescue(self) -> None:
+        w = self._w
+        try:
+            rescued = w.driver.introspect.rescue()
+        except Exception:
+            w.log.exception("rescue sweep failed")
+            return
+        if rescued.requeued:
+            events.emit(
+                "rescued", None, "rescue put %d jobs with lapsed leases back to ready", rescued.requeued,
+                outcome="requeued", count=rescued.requeued, worker_id=w.worker_id,
+            )
+        for job in rescued.buried:
+            self.announce_buried(job)
+
+    def announce_buried(self, job: Job) -> None:
+        """Count, log and report a job whose lease lapsed on its final attempt (C08)."""
+        w = self._w
+        w._count("buried", 1)
+        events.emit(
+            "buried", job,
+            "job %s (%s) buried %s: its lease lapsed on the final attempt %d of %d (the worker likely crashed)",
+            job.id, job.name, job.state, job.attempt, job.max_attempts, level=logging.ERROR,
+            outcome=JobState(job.state).value, error_type=job.errors[-1].type if job.errors else None,
+            worker_id=w.worker_id,
+        )
+        w._settling.fire(job, "buried")
+
+    def _launch(self, claimed: Claimed, renewed_at: float, held: bool) -> None:
+        w = self._w
+        book = w._attempts
+        job = claimed.job
+        log = job_logger(logger, job)
+        handle, _missing = find_handler(w.registry, job, log)
+        ctx = JobContext(job, claimed.token, log=log)
+        attempt = Attempt(claimed, handle, ctx, log, renewed_at=renewed_at, held=held)
+        ctx.lease_left = lambda: w._leases.deadline(attempt) - w._timer()
+        attempt.next_beat = time.monotonic() + w.heartbeat_interval
+        # A queued attempt is leased and heartbeated while it waits for a slot.
+        with book.lock:
+            stale = book.active.get(job.id)
+            if stale is None and handle is not None:  # the common case: queued in this one locked step
+                if not w._killed:
+                    book.active[job.id] = attempt
+                    book.backlog.append(attempt)
+                return
+        if stale is not None:
+            # This worker reclaimed a job whose earlier attempt it still holds: that lease
+            # lapsed and the claim moved its token, so the earlier attempt is called off
+            # now (W02) rather than dropped unseen by the keeper.
+            w._leases.lose(stale, "its lease lapsed and the job was claimed again")
+        if handle is None:
+            error = JobNotRegistered(f"no handler is registered for job {job.name!r} in worker {w.worker_id}")
+            with book.lock:
+                book.move(attempt, S.FINISHING)
+                book.active[job.id] = attempt
+            w._settling.nack(attempt, error, w._retry_options(None, job, error))
+            return
+        with book.lock:
+            if w._killed:
+                return
+            book.active[job.id] = attempt
+            book.backlog.append(attempt)
+
+    # -- starting attempts -----------------------------------------------------------
+
+    def _fresh(self, attempt: Attempt) -> bool:
+        """Whether a reserved attempt may start (F03): its local deadline at least a margin
+        ahead. If not, it is given back (where the store answers; else it lapses, at no
+        cost while held)."""
+        w = self._w
+        if w._timer() + w._margin_s <= w._leases.deadline(attempt):
+            return True
+        error = error_type("StaleClaim")(
+            f"not started: less than the {w._margin_s:g}s margin was left of its lease in worker {w.worker_id}"
+        )
+        self._unstart(attempt, error, {"counts_as_attempt": False})
+        return False
+
+    def _start(self, reserved: list[Attempt]) -> list[Attempt]:
+        """Start reserved attempts: each only while fresh (F03), with its fleet slot, its
+        start recorded in the store first where it was claimed held (F04), its timeout and
+        the started event. Answers the sync ones, for runners; async ones are scheduled.
+        """
+        ready: list[Attempt] = []
+        held: list[Attempt] = []
+        for attempt in reserved:
+            assert attempt.handle is not None
+            if self._fresh(attempt) and self._take_slot(attempt, attempt.handle):
+                (held if attempt.held else ready).append(attempt)
+        if held:
+            # A job whose last claim ended without a recorded start (claim_no moved past
+            # attempt + 1: a crash in its first milliseconds, or a give-back) is started in
+            # the store before it runs, so a handler that kills its worker at once still
+            # spends its attempt from then on. The others start now and are recorded
+            # right after, many in one call, off the runners' path (F04).
+            # (A held claim answers each job as its attempt will stand once started: attempt
+            # counts this one, so "claim_no > attempt" means an earlier claim went uncounted.)
+            first: list[Attempt] = []
+            for attempt in held:
+                job = attempt.job
+                if self._w.strict_starts or job.claim_no > job.attempt:
+                    first.append(attempt)
+                    continue
+                attempt.held = False
+                self._marks.put(attempt)
+                ready.append(attempt)
+            if first:
+                ready += self._begin(first)
+        return [attempt for attempt in ready if self._run_started(attempt)]
+
+    def _begin(self, held: list[Attempt]) -> list[Attempt]:
+        """Record the start of held attempts in the store (F04), retrying a call the store
+        did not answer while the attempts stay fresh; answers those that may run."""
+        w = self._w
+        assert self.starter is not None
+        started: list[Attempt] = []
+        pending = held
+        delay = RETRY_FIRST
+        while pending:
+            answers = self.starter.start([attempt.claimed.token for attempt in pending])
+            retry: list[Attempt] = []
+            for attempt, answer in zip(pending, answers, strict=True):
+                if answer is True:
+                    attempt.held = False
+                    if self._fresh(attempt):  # the call may have taken long: give it back if now stale
+                        started.append(attempt)
+                elif answer is False:
+                    w._leases.lose(attempt, "its lease was lost before it started")
+                elif self._fresh(attempt):
+                    retry.append(attempt)
+            if retry:
+                w._log_failure("starting claimed jobs in the store")
+                if w._stopping.wait(delay * w._rng.uniform(0.8, 1.2)):
+                    for attempt in retry:
+                        self._unstart(attempt, error_type("WorkerStopping")("given back unstarted"), {
+                            "counts_as_attempt": False,
+                        })
+                    break
+                delay = min(RETRY_CAP, delay * 2)
+            elif pending is not held:
+                w._recovered("starting claimed jobs in the store")
+            pending = retry
+        return started
+
+    def stop_marker(self) -> None:
+        """End the marker thread once the starts queued so far are recorded."""
+        self._marks.put(Stop(0.0))
+
+    def marker(self) -> None:
+        """Record in the store the starts of attempts already running (F04), batched.
+
+        An answer ``False`` means the token was no longer current (the job cancelled or
+        taken meanwhile): the handler is called off. A call the store does not answer is
+        retried while the attempts' leases can still be current."""
+        w = self._w
+        assert self.starter is not None
+        stop = False
+        while not stop:
+            entry = self._marks.get()
+            batch: list[Attempt] = []
+            if not isinstance(entry, Stop):
+                time.sleep(MARK_LINGER)  # one wait for the round, not a wake-up per start
+            try:
+                while True:
+                    if isinstance(entry, Stop):
+                        stop = True
+                    else:
+                        batch.append(entry)
+                    if len(batch) >= v.MAX_CLAIM_BATCH:
+                        break
+                    entry = self._marks.get_nowait()
+            except queue_mod.Empty:
+                pass
+            # A handler that already ended needs no start of its own: its settle starts a held
+            # job first (F04). For quick jobs that is nearly every one, and each start was a
+            # third write of the row.
+            batch = [attempt for attempt in batch if attempt.status is S.RUNNING]
+            delay = RETRY_FIRST
+            while batch and not w._killed:
+                answers = self.starter.start([attempt.claimed.token for attempt in batch])
+                retry = []
+                for attempt, answer in zip(batch, answers, strict=True):
+                    if answer is False:
+                        w._leases.lose(attempt, "its start was refused: the job was cancelled or taken")
+                    elif answer is not True and w._timer() <= w._leases.deadline(attempt) + w._lease_s:
+                        retry.append(attempt)
+                if not retry:
+                    if delay > RETRY_FIRST:
+                        w._recovered("recording started jobs")
+                    break
+                w._log_failure("recording started jobs")
+                time.sleep(delay * w._rng.uniform(0.8, 1.2))
+                delay = min(RETRY_CAP, delay * 2)
+                batch = retry
+
+    def _run_started(self, attempt: Attempt) -> bool:
+        """Mark a started attempt running: its timeout, the started event; schedule an async
+        handler. Answers whether a runner thread should run it (sync and not lost meanwhile)."""
+        w = self._w
+        handle = attempt.handle
+        assert handle is not None
+        job = attempt.job
+        with w._attempts.lock:
+            # Lost while taking its fleet slot, or the worker was killed: it does not run.
+            lost = w._killed or not w._attempts.move(attempt, S.RUNNING)
+            if not lost:
+                attempt.started_at = time.monotonic()
+                if handle.timeout is not None:
+                    attempt.deadline = attempt.started_at + handle.timeout
+        if lost:
+            self.release_slot(attempt)
+            return False
+        if handle.timeout is not None:
+            w._leases.keeper_wake.set()
+        events.emit(
+            "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
+            level=logging.DEBUG, outcome="running", worker_id=w.worker_id,
+        )
+        if handle.is_async:
+            w._running.schedule(attempt)
+            return False
+        return True
+
+    def _unstart(self, attempt: Attempt, error: BaseException, options: dict[str, Any]) -> None:
+        """A reserved attempt cannot start: free its slots and queue its nack."""
+        if not self._w._attempts.move(attempt, S.FINISHING, only_from=(S.STARTING,)):
+            return  # lost meanwhile: that released the slot
+        self.release_slot(attempt)
+        self._w._settling.nack(attempt, error, options)
+
+    # -- fleet concurrency slots -----------------------------------------------------
+
+    def _take_slot(self, attempt: Attempt, handle: JobHandle) -> bool:
+        """Take the job's fleet concurrency slot; when full, give the attempt back for later."""
+        w = self._w
+        try:
+            key = handle.concurrency_slot(attempt.job.payload)
+        except Exception as exc:
+            attempt.log.exception("concurrency_key failed for job %s", attempt.job.id)
+            self._unstart(attempt, exc, {"fail": True, "dead_letter": handle.dead_letter})
+            return False
+        if key is None:
+            return True
+        assert handle.concurrency is not None
+        holder = f"{w.worker_id}/{attempt.job.id}"[-v.MAX_NAME_LENGTH :]
+        try:
+            taken = w.driver.leases.acquire(key, handle.concurrency, holder, w.lease)
+        except Exception:
+            attempt.log.exception("could not take a concurrency slot of %s; retrying later", key)
+            taken = False
+        if taken:
+            attempt.slot_key, attempt.slot_holder = key, holder
+            return True
+        delay = timedelta(seconds=CONCURRENCY_RETRY * w._rng.uniform(0.5, 1.5))
+        w._count("deferred", 1)
+        attempt.log.debug("job %s deferred: %s is at its limit of %d", attempt.job.id, key, handle.concurrency)
+        error = error_type("ConcurrencyLimited")(f"{key} already runs {handle.concurrency} at once")
+        now = w._store_now()
+        options: dict[str, Any] = {"counts_as_attempt": False}
+        if now is not None:
+            options["retry_at"] = to_millis(now + delay)
+        self._unstart(attempt, error, options)
+        return False
+
+    def release_slot(self, attempt: Attempt) -> None:
+        """Give back the attempt's fleet concurrency slot, if it holds one."""
+        if attempt.slot_key is None:
+            return
+        key, attempt.slot_key = attempt.slot_key, None
+        try:
+            self._w.driver.leases.release(key, attempt.slot_holder)
+        except Exception:
+            attempt.log.warning("could not release concurrency slot %s; it lapses by itself", key, exc_info=True)
+        self._w._wake.set()
+
+    def start_starter(self, driver: JobDriver) -> bool:
+        """Use held claims when the driver offers them (F04); answers whether it does."""
+        if takes_start(driver):
+            self.starter = Starter(cast(DeferredStart, driver).start)
+        return self.starter is not None

@@ -1,0 +1,180 @@
+"""Keeping leases: the keeper (local deadlines, timeouts) and the beater (renewals).
+
+The **keeper** makes no store call: it holds each attempt to its local deadline (F02:
+when the last landed claim or renewal was sent, plus the lease, minus the safety
+margin, on this host's monotonic clock) and calls the handler off the moment it
+passes, whatever any store call is doing; it also enforces handler timeouts. The
+**beater** renews each held lease every ``heartbeat_interval``; a renewal the store
+refuses calls the attempt off (W02).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from jobcore import events
+from jobcore.errors import JobTimeout
+from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus
+from jobcore.worker._execution import error_type, handler_error
+from jobcore.worker._settling import RETRY_CAP
+
+if TYPE_CHECKING:
+    from jobcore.worker import Worker
+
+S = AttemptStatus
+
+
+class Leases:
+    """Holds every attempt of a worker to its lease: the keeper and beater threads."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._w = worker
+        self.keeper_wake = threading.Event()
+        self.beater_wake = threading.Event()
+        self.stopped = False
+
+    def stop(self) -> None:
+        """End the keeper and the beater."""
+        self.stopped = True
+        self.keeper_wake.set()
+        self.beater_wake.set()
+
+    def deadline(self, attempt: Attempt) -> float:
+        """The attempt's local deadline (F02): last landed renewal sent + lease - margin."""
+        return attempt.renewed_at + self._w._lease_s - self._w._margin_s
+
+    def keeper(self) -> None:
+        """Hold every attempt to its local deadline (F02) and its handler timeout.
+
+        It never calls the store, so a store call that hangs cannot delay a call-off.
+        """
+        w = self._w
+        cap = min(1.0, w.heartbeat_interval, w._margin_s / 2)
+        while not self.stopped:
+            with w._attempts.lock:
+                attempts = list(w._attempts.active.values())
+            now, local = time.monotonic(), w._timer()
+            wait = cap
+            for attempt in attempts:
+                if w._killed:
+                    return
+                if attempt.status in KEPT:
+                    left = self.deadline(attempt) - local
+                    if left <= 0:
+                        self.lose(
+                            attempt, f"no renewal landed within lease - margin ({w._lease_s - w._margin_s:g}s)",
+                            give_back=attempt.status is S.QUEUED,
+                        )
+                        continue
+                    wait = min(wait, left)
+                if attempt.status is S.RUNNING and attempt.deadline is not None:
+                    if now >= attempt.deadline:
+                        try:
+                            self.time_out(attempt)
+                        except Exception:
+                            attempt.log.exception("timing out job %s failed", attempt.job.id)
+                    else:
+                        wait = min(wait, attempt.deadline - now)
+            self.keeper_wake.wait(max(0.0, wait))
+            self.keeper_wake.clear()
+
+    def beater(self) -> None:
+        """Renew every lease this worker holds, each every ``heartbeat_interval`` (W01)."""
+        w = self._w
+        while not self.stopped:
+            with w._attempts.lock:
+                attempts = list(w._attempts.active.values())
+            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval)
+            for attempt in attempts:
+                if w._killed or self.stopped:
+                    return
+                if attempt.status in RENEWED:
+                    if time.monotonic() >= attempt.next_beat:
+                        try:
+                            self._beat(attempt)
+                        except Exception:  # a bug here must not stop every other heartbeat
+                            attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
+                            attempt.next_beat = time.monotonic() + w.heartbeat_interval
+                    next_wake = min(next_wake, attempt.next_beat)
+            self.beater_wake.wait(max(0.0, next_wake - time.monotonic()))
+            self.beater_wake.clear()
+
+    def _beat(self, attempt: Attempt) -> None:
+        w = self._w
+        driver = w.driver
+        sent = w._timer()
+        try:
+            kept = driver.heartbeat(attempt.claimed.token, w.lease)
+        except Exception:
+            # The keeper calls the handler off if no renewal lands in time (F02); try again soon.
+            w._log_failure("heartbeat", attempt.log)
+            attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
+            return
+        w._recovered("heartbeat")
+        attempt.next_beat = time.monotonic() + w.heartbeat_interval
+        if not kept:
+            if attempt.status in TO_SETTLE:
+                # Its settle is in flight and may have just landed (a settled token no
+                # longer heartbeats); the settle's own answer says whether it was lost.
+                return
+            self.lose(attempt, "its lease was lost (reclaimed, cancelled or removed)")
+            return
+        attempt.renewed_at = max(attempt.renewed_at, sent)
+        if attempt.slot_key is not None:
+            try:
+                if not driver.leases.renew(attempt.slot_key, attempt.slot_holder, w.lease):
+                    # The slot lapsed (a long pause); take it again if room remains, else run on.
+                    assert attempt.handle is not None
+                    assert attempt.handle.concurrency is not None
+                    driver.leases.acquire(attempt.slot_key, attempt.handle.concurrency, attempt.slot_holder, w.lease)
+            except Exception:
+                attempt.log.warning("could not renew concurrency slot %s", attempt.slot_key, exc_info=True)
+
+    def lose(self, attempt: Attempt, reason: str, *, give_back: bool = False) -> None:
+        """The lease is gone (or may be): call the handler off and record nothing of this
+        attempt (W02, F02). ``give_back``: the attempt never started (it is still queued),
+        and the store may still take it back at once, at no cost (F03); else it lapses."""
+        w = self._w
+        book = w._attempts
+        with book.lock:
+            # A give-back only while it is still queued; one that started meanwhile is lost.
+            give_back = give_back and book.move(attempt, S.FINISHING, only_from=(S.QUEUED,))
+            if not give_back:
+                if not book.move(attempt, S.LOST):
+                    return
+                book.active.pop(attempt.job.id, None)
+        w._count("lost", 1)
+        if give_back:
+            error = error_type("StaleClaim")(f"not started: its lease ran out in worker {w.worker_id}")
+            w._settling.nack(attempt, error, {"counts_as_attempt": False})
+            w._claiming.release_slot(attempt)
+            w._wake.set()
+            return
+        events.emit(
+            "lease_lost", attempt.job, "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
+            attempt.job.id, attempt.job.name, attempt.job.attempt, reason, level=logging.WARNING,
+            outcome="called_off", duration_s=time.monotonic() - attempt.started_at, worker_id=w.worker_id,
+        )
+        w._running.call_off(attempt, reason)
+        w._claiming.release_slot(attempt)
+        w._wake.set()
+
+    def time_out(self, attempt: Attempt) -> None:
+        """The handler ran past its timeout: cancel it, then fail the attempt."""
+        w = self._w
+        assert attempt.handle is not None
+        assert attempt.handle.timeout is not None
+        if not w._attempts.move(attempt, S.TIMED_OUT):
+            return
+        w._count("timed_out", 1)
+        job = attempt.job
+        reason = f"the attempt ran longer than its timeout of {attempt.handle.timeout:g}s"
+        w._running.call_off(attempt, reason, timed_out=True)
+        error = JobTimeout(f"job {job.id} ({job.name}) attempt {job.attempt}: {reason}", "raise timeout or split it")
+        attempt.log.warning("job %s (%s) timed out after %gs", job.id, job.name, attempt.handle.timeout)
+        options = w._retry_options(attempt.handle, job, error)
+        w._settling.nack(attempt, handler_error(error), options)
+        w._wake.set()
