@@ -10,19 +10,20 @@ import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from jobcore.errors import ConfigurationError
 
 __all__ = [
     "FLUSH_DELAY", "LOG_FORMAT", "BatchedStderrHandler", "JobFieldsFilter", "configure_logging", "import_jobs",
-    "logging_to_stderr",
+    "logging_to_stderr", "on_stop_signals",
 ]
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [job %(job_id)s %(job_name)s] %(message)s"
@@ -167,3 +168,21 @@ def logging_to_stderr(level: str) -> Iterator[None]:
         logging.getLogger().removeHandler(handler)
         handler.close()
         logging.getLogger().setLevel(previous)
+
+
+def on_stop_signals(handler: Callable[[signal.Signals], None]) -> Callable[[], None]:
+    """Call ``handler`` on each SIGINT and SIGTERM; answers an undo function that puts the previous
+    handlers back. Off the main thread (where Python cannot take signals) it installs nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        handler(signal.Signals(signum))
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore

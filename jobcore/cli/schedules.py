@@ -17,13 +17,11 @@ import argparse
 import logging
 import os
 import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from jobcore.cli._output import out, print_json, table
-from jobcore.cli._process import import_jobs, logging_to_stderr
+from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
 from jobcore.cli._store import add_migrate_option, add_url_option, common_options, open_store, prepare_schema
 from jobcore.clock import to_millis
 from jobcore.errors import OptionInvalid, ScheduleNotFound
@@ -119,20 +117,12 @@ def _run_scheduler(args: argparse.Namespace) -> int:
 
 def _install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:
     """SIGTERM/SIGINT end the loop after the current tick. Answers an undo function."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        _log.warning("%s received: stopping the scheduler", signal.Signals(signum).name)
+    def on_signal(sig: signal.Signals) -> None:
+        _log.warning("%s received: stopping the scheduler", sig.name)
         stop()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
+    return on_stop_signals(on_signal)
 
 
 # -- jobcore schedules ---------------------------------------------------------------------

@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import threading
-from types import FrameType
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from jobcore import validate as v
-from jobcore.cli._process import import_jobs, logging_to_stderr
+from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
 from jobcore.cli._store import add_migrate_option, add_url_option, open_store, prepare_schema
 from jobcore.current import set_job_driver
 from jobcore.errors import ClaimQueuesEmpty, ConfigurationError, UrlInvalid
@@ -172,27 +171,17 @@ def _run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _install_signal_handlers(worker: Worker) -> Any:
+def _install_signal_handlers(worker: Worker) -> Callable[[], None]:
     """SIGTERM/SIGINT drain the worker; a second one abandons in-flight jobs. Answers an undo function."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    signals = [signal.SIGINT, signal.SIGTERM]
-    received: list[int] = []
+    received: list[signal.Signals] = []
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        name = signal.Signals(signum).name
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
         if len(received) == 1:
-            worker.log.warning("%s received: draining (send it again to stop at once)", name)
+            worker.log.warning("%s received: draining (send it again to stop at once)", sig.name)
             worker.request_stop()
         else:
-            worker.log.warning("%s received again: abandoning in-flight jobs", name)
+            worker.log.warning("%s received again: abandoning in-flight jobs", sig.name)
             worker.request_stop(drain_timeout=0)
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    return restore
+    return on_stop_signals(on_signal)
