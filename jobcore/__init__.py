@@ -8,6 +8,9 @@ periodic (a :class:`Scheduler` runs inside every worker). The contract every dri
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from jobcore.backoff import Backoff
 from jobcore.clock import Clock, ManualClock, SystemClock
 from jobcore.current import cancel_job, connect, get_job_driver, set_job_driver, use_job_driver
@@ -34,10 +37,40 @@ from jobcore.records import (
     ScheduleOutcome,
     Stats,
 )
-from jobcore.registry import JobContext, JobHandle, Registry, job
-from jobcore.scheduler import Scheduler
-from jobcore.schedules import cron, every
-from jobcore.worker import Worker
+
+if TYPE_CHECKING:  # loaded on first use (see __getattr__); listed here for type checkers and IDEs
+    from jobcore.registry import JobContext, JobHandle, Registry, job
+    from jobcore.scheduler import Scheduler
+    from jobcore.schedules import cron, every
+    from jobcore.worker import Worker
+
+_LAZY = {
+    "JobContext": "jobcore.registry",
+    "JobHandle": "jobcore.registry",
+    "Registry": "jobcore.registry",
+    "job": "jobcore.registry",
+    "Scheduler": "jobcore.scheduler",
+    "cron": "jobcore.schedules",
+    "every": "jobcore.schedules",
+    "Worker": "jobcore.worker",
+}
+"""Public names whose modules load on first use, so ``import jobcore.drivers.memory`` (which
+imports this package first) does not load the worker, the scheduler, the cron library and
+what they pull in (asyncio, inspect, sockets). ``from jobcore import Worker`` works as ever."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jobcore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0.dev0"
 

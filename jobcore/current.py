@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import threading
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,6 +54,8 @@ def connect(url: str, **options: Any) -> JobDriver:
         raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid URL ({redact(exc)})") from None
     target = _SCHEMES.get(scheme)
     if target is None:
+        from importlib.metadata import entry_points  # noqa: PLC0415 - loads email, zipfile...: only for plug-ins
+
         for ep in entry_points(group=_ENTRY_POINT_GROUP):
             if ep.name == scheme:
                 return ep.load().from_url(url, **options)  # type: ignore[no-any-return]

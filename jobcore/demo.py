@@ -12,12 +12,8 @@ allowed it, or had an ending reported twice.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import logging
-import os
 import random
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,15 +21,14 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from jobcore.backoff import Backoff
-from jobcore.cli_worker import add_migrate_option, prepare_schema
-from jobcore.current import connect, use_job_driver
+from jobcore.current import use_job_driver
 from jobcore.driver import JobDriver
 from jobcore.errors import LeaseLost
 from jobcore.records import FINISHED_STATES, Job, JobFilter, JobState
 from jobcore.registry import JobContext, Registry
 from jobcore.worker import Worker
 
-__all__ = ["Demo", "register"]
+__all__ = ["Demo"]
 
 QUEUE = "demo"
 UPLOADS = "demo-uploads"
@@ -355,40 +350,3 @@ class Demo:
         if uploads and not any(j.attempt > 1 for j in uploads):
             problems.append("no upload was reclaimed after the simulated crash")
         return problems
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``demo`` sub-command."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "demo", help="run thousands of jobs through several workers and show what happens",
-        description="Enqueue thousands of jobs, run several workers, crash one, and check nothing was lost.",
-    )
-    parser.add_argument("--url", default=os.environ.get("JOBCORE_URL", "memory://"),
-                        help="driver URL (default: $JOBCORE_URL, else memory://)")
-    parser.add_argument("--jobs", type=int, default=3000, help="bulk jobs to enqueue (default 3000)")
-    parser.add_argument("--workers", type=int, default=3, help="workers besides the one that crashes (default 3)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="give up after this long (default 60)")
-    parser.add_argument("--seed", type=int, default=None, help="seed for the demo's random choices")
-    add_migrate_option(parser, "demo")
-    parser.set_defaults(func=run_demo)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    """Handler of ``jobcore demo``."""
-    if args.jobs < 1 or args.workers < 1 or args.seconds <= 0:
-        print("--jobs and --workers must be >= 1 and --seconds > 0", file=sys.stderr)
-        return 2
-    # The demo narrates on stdout; keep the workers' own warnings (retries...) off the screen.
-    logging.getLogger("jobcore").addHandler(logging.NullHandler())
-    driver = args.driver
-    owned = driver is None
-    if driver is None:
-        driver = connect(args.url)
-    try:
-        prepare_schema(driver, migrate=args.migrate, what="demo")
-        return Demo(driver, jobs=args.jobs, out=sys.stdout, seed=args.seed).run(
-            workers=args.workers, seconds=args.seconds
-        )
-    finally:
-        if owned:
-            driver.close()

@@ -25,7 +25,7 @@ import pytest
 from jobcore.parity.plugin import START
 
 from jobcore import cli, errors
-from jobcore.cli_ops import job_to_dict
+from jobcore.cli.ops import job_to_dict
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
 from jobcore.records import JobState

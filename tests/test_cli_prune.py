@@ -22,7 +22,7 @@ from jobcore.parity.plugin import START
 
 from jobcore import cli
 from jobcore import validate as v
-from jobcore.cli_prune import format_age, parse_age
+from jobcore.cli.prune import format_age, parse_age
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
 from jobcore.errors import OptionInvalid

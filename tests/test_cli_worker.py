@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from jobcore.drivers.memory import MemoryDriver
 
-from jobcore import cli_worker
-from jobcore.cli import main
-from jobcore.cli_worker import BatchedStderrHandler
+from jobcore.cli import _process, main
+from jobcore.cli._process import BatchedStderrHandler
 from jobcore.records import JobState
 from jobcore.registry import default_registry
 
@@ -167,7 +166,7 @@ def _record(level: int, message: str) -> logging.LogRecord:
 
 def test_batched_stderr_writes_info_lines_together_within_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
     """INFO lines wait (at most FLUSH_DELAY) and go out in one write, in order."""
-    monkeypatch.setattr(cli_worker, "FLUSH_DELAY", 1.0)  # room for a slow machine between the lines
+    monkeypatch.setattr(_process, "FLUSH_DELAY", 1.0)  # room for a slow machine between the lines
     stream = _Writes()
     handler = BatchedStderrHandler(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))

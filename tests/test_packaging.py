@@ -60,6 +60,7 @@ def test_the_wheel_check_refuses_a_wheel_missing_a_file(tmp_path: Path) -> None:
     assert "jobcore/py.typed" in wanted
     assert "jobcore/drivers/postgres/__init__.py" in wanted
     assert "jobcore/parity/plugin.py" in wanted
+    assert {"jobcore/cli/__init__.py", "jobcore/cli/__main__.py", "jobcore/cli/_store.py"} <= set(wanted)
     whole = tmp_path / "whole.whl"
     with zipfile.ZipFile(whole, "w") as archive:
         for name in wanted:
@@ -85,3 +86,18 @@ def test_tox_covers_python_310_to_313() -> None:
     assert envs
     assert {"py310", "py311", "py312", "py313", "wheel"} <= {e.strip() for e in envs.group(1).split(",")}
     assert sys.version_info >= (3, 10)
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    """A sub-package (``jobcore/cli/``...) left out of pyproject's ``packages`` would be missing from the wheel."""
+    check_wheel = _load_check_wheel()
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'^    "([\w.]+)",$', text.split("packages = [", 1)[1].split("]", 1)[0], re.M))
+    folders = {
+        ".".join([target.replace("/", "."), *init.parent.relative_to(ROOT / folder).parts])
+        for folder, target in check_wheel.INSTALLED_AS.items()
+        for init in (ROOT / folder).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert "jobcore.cli" in folders
+    assert folders - listed == set()

@@ -9,7 +9,7 @@ import pytest
 from jobcore.drivers.mongo import DEFAULT_POOL_MAX, MongoDriver, capabilities_of
 from pymongo.database import Database
 
-from jobcore.cli_worker import WORKER_CONNECTIONS, connection_budget
+from jobcore.cli.worker import WORKER_CONNECTIONS, connection_budget
 from jobcore.errors import NotSupported, OptionInvalid, UrlInvalid
 
 # No server is needed: a MongoClient connects lazily, and these read its options.

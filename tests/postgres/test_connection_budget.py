@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fixtures import postgres as fx
-from jobcore.cli_worker import WORKER_CONNECTIONS, connection_budget
+from jobcore.cli.worker import WORKER_CONNECTIONS, connection_budget
 from jobcore.errors import OptionInvalid
 
 JOBS = textwrap.dedent(

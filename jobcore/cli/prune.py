@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from datetime import timedelta
 from typing import Any
 
 from jobcore import validate as v
-from jobcore.cli_ops import _common, _driver, _out, _print_json, _table
+from jobcore.cli._output import note, out, print_json, table
+from jobcore.cli._store import common_options, open_store
 from jobcore.errors import OptionInvalid
 from jobcore.records import JobState, PruneResult, RetentionPolicy
 
@@ -98,42 +98,39 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     policy = _policy(args)
     removed = dict.fromkeys(_STATES, 0)
     calls = 0
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         while True:
             result = driver.introspect.prune(policy, limit=args.limit, batch=args.batch, dry_run=args.dry_run)
             calls += 1
             for state, count in result.removed.items():
                 removed[JobState(state)] = removed.get(JobState(state), 0) + count
             if args.all and not args.dry_run:
-                print(
-                    f"prune: {sum(removed.values())} removed so far, {result.total_remaining} remaining",
-                    file=sys.stderr,
-                )
+                note(f"prune: {sum(removed.values())} removed so far, {result.total_remaining} remaining")
             # A call that removed nothing while rows stay eligible (locked by a concurrent
             # pruner) ends the loop too, rather than spinning on them.
             if not args.all or args.dry_run or result.total_remaining == 0 or result.total_removed == 0:
                 break
     data = _data(policy, removed, result, args, calls)
     if args.json:
-        _print_json(data)
+        print_json(data)
         return 0
     rows = [
         [s.value, data["policy"][s.value], str(data["removed"][s.value]), str(data["remaining"][s.value])]
         for s in _STATES
     ]
     rows.append(["(all)", "", str(data["total_removed"]), str(data["total_remaining"])])
-    _out(_table(["STATE", "KEPT FOR", "REMOVED", "STILL ELIGIBLE"], rows))
+    out(table(["STATE", "KEPT FOR", "REMOVED", "STILL ELIGIBLE"], rows))
     if args.dry_run:
-        _out(f"dry run: nothing deleted; {data['total_remaining']} jobs are eligible")
+        out(f"dry run: nothing deleted; {data['total_remaining']} jobs are eligible")
     elif data["total_remaining"]:
-        _out(f"{data['total_remaining']} eligible jobs remain: run again, or pass --all")
+        out(f"{data['total_remaining']} eligible jobs remain: run again, or pass --all")
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``jobcore prune`` to the ``jobcore`` parser."""
     summary = "delete finished jobs older than the retention policy, oldest first"
-    p = subparsers.add_parser("prune", parents=[_common()], help=summary, description=summary)
+    p = subparsers.add_parser("prune", parents=[common_options()], help=summary, description=summary)
     ages = p.add_argument_group("policy (ages: 7d, 12h, 30m, 45s, 1d12h, 0, never)")
     defaults = RetentionPolicy()
     for state in _STATES:

@@ -13,28 +13,23 @@ prints its code, cause and fix and exits with the status of its class.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jobcore import validate as v
-from jobcore.current import connect
+from jobcore.cli._output import age, clip, iso, note, out, print_json, table, when
+from jobcore.cli._store import common_options, open_store, store_url
 from jobcore.driver import Introspector, JobDriver
-from jobcore.errors import JobNotCancellable, JobNotFound, NoDriver, OptionInvalid, redact
+from jobcore.errors import JobNotCancellable, JobNotFound, OptionInvalid, redact
 from jobcore.records import FINISHED_STATES, LIVE_STATES, BulkResult, Job, JobError, JobFilter, JobState, Stats
 
-__all__ = ["ENV_URL", "job_to_dict", "register"]
-
-ENV_URL = "JOBCORE_URL"
-"""Environment variable holding the driver URL when ``--url`` is not given."""
+__all__ = ["job_to_dict", "register"]
 
 _STATE_ORDER = tuple(JobState)
-_ERROR_WIDTH = 60
 
 # The states each bulk verb's own guard lets through (O05), for the confirmation estimate.
 _GUARDS: dict[str, frozenset[JobState]] = {
@@ -55,12 +50,8 @@ _PAST = {
 # -- JSON shape ------------------------------------------------------------------------
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(timespec="milliseconds")
-
-
 def _error_to_dict(error: JobError) -> dict[str, Any]:
-    return {"type": error.type, "message": error.message, "at": _iso(error.at), "attempt": error.attempt}
+    return {"type": error.type, "message": error.message, "at": iso(error.at), "attempt": error.attempt}
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -80,70 +71,23 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "key": job.key,
         "payload": job.payload,
         "result": job.result,
-        "run_at": _iso(job.run_at),
-        "created_at": _iso(job.created_at),
-        "attempted_at": _iso(job.attempted_at),
-        "finished_at": _iso(job.finished_at),
+        "run_at": iso(job.run_at),
+        "created_at": iso(job.created_at),
+        "attempted_at": iso(job.attempted_at),
+        "finished_at": iso(job.finished_at),
         "worker_id": job.worker_id,
         "claim_no": job.claim_no,
-        "lease_expires_at": _iso(job.lease_expires_at),
+        "lease_expires_at": iso(job.lease_expires_at),
         "last_error": None if job.last_error is None else _error_to_dict(job.last_error),
         "errors": [_error_to_dict(e) for e in job.errors],
     }
 
 
-def _out(text: str) -> None:
-    """One line (or block) on stdout. A reader that went away (``jobcore ls | head``) ends output quietly."""
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Point stdout at /dev/null so later writes and the interpreter's final flush stay quiet too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _print_json(data: object) -> None:
-    _out(json.dumps(data, indent=2, ensure_ascii=False))
-
-
 # -- text shape ------------------------------------------------------------------------
 
 
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _age(delta: timedelta) -> str:
-    """A short human duration: ``45s``, ``12m05s``, ``3h02m``, ``2d04h``."""
-    seconds = max(0, int(delta.total_seconds()))
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def _clip(text: str, width: int = _ERROR_WIDTH) -> str:
-    text = " ".join(text.split())  # tracebacks and newlines would break the table
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _error_text(error: JobError | None) -> str:
-    return "-" if error is None else _clip(f"{error.type}: {error.message}")
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    body = [list(headers), *(list(r) for r in rows)]
-    widths = [max(len(r[i]) for r in body) for i in range(len(headers))]
-    # The last column (usually the error text) is not padded, so lines carry no trailing blanks.
-    return "\n".join(
-        "  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)), r[-1]]).rstrip() for r in body
-    )
+    return "-" if error is None else clip(f"{error.type}: {error.message}")
 
 
 def _jobs_table(jobs: Sequence[Job], *, finished: bool = False) -> str:
@@ -151,11 +95,11 @@ def _jobs_table(jobs: Sequence[Job], *, finished: bool = False) -> str:
     rows = (
         [
             j.id, j.state.value, j.queue, j.name, f"{j.attempt}/{j.max_attempts}",
-            _when(j.finished_at if finished else j.run_at), _when(j.created_at), _error_text(j.last_error),
+            when(j.finished_at if finished else j.run_at), when(j.created_at), _error_text(j.last_error),
         ]
         for j in jobs
     )
-    return _table(headers, rows)
+    return table(headers, rows)
 
 
 def _json_text(value: Any) -> str:
@@ -166,8 +110,8 @@ def _lease_text(job: Job, now: datetime) -> str:
     if job.lease_expires_at is None:
         return "-"
     left = job.lease_expires_at - now
-    timing = f"lapsed {_age(-left)} ago" if left <= timedelta(0) else f"{_age(left)} left"
-    return f"held by {job.worker_id} (claim {job.claim_no}) until {_when(job.lease_expires_at)}, {timing}"
+    timing = f"lapsed {age(-left)} ago" if left <= timedelta(0) else f"{age(left)} left"
+    return f"held by {job.worker_id} (claim {job.claim_no}) until {when(job.lease_expires_at)}, {timing}"
 
 
 def _show_text(job: Job, now: datetime) -> str:
@@ -178,10 +122,10 @@ def _show_text(job: Job, now: datetime) -> str:
         ("attempt", f"{job.attempt} of {job.max_attempts}"),
         ("priority", str(job.priority)),
         ("key", job.key if job.key is not None else "-"),
-        ("run at", _when(job.run_at)),
-        ("created at", _when(job.created_at)),
-        ("attempted at", _when(job.attempted_at)),
-        ("finished at", _when(job.finished_at)),
+        ("run at", when(job.run_at)),
+        ("created at", when(job.created_at)),
+        ("attempted at", when(job.attempted_at)),
+        ("finished at", when(job.finished_at)),
         ("lease", _lease_text(job, now)),
         ("payload", _json_text(job.payload)),
         ("result", _json_text(job.result) if job.result is not None else "-"),
@@ -191,7 +135,7 @@ def _show_text(job: Job, now: datetime) -> str:
     if job.errors:
         lines.append(f"errors ({len(job.errors)}, oldest first):")
         lines += [
-            f"  attempt {e.attempt}  {_when(e.at)}  {e.type}: {' '.join(e.message.split())}" for e in job.errors
+            f"  attempt {e.attempt}  {when(e.at)}  {e.type}: {' '.join(e.message.split())}" for e in job.errors
         ]
     else:
         lines.append("errors: none")
@@ -199,26 +143,6 @@ def _show_text(job: Job, now: datetime) -> str:
 
 
 # -- arguments -------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _driver(args: argparse.Namespace) -> Iterator[JobDriver]:
-    """The driver for this command: the one handed to ``main`` in-process, else one built from the URL."""
-    given: JobDriver | None = getattr(args, "driver", None)
-    if given is not None:
-        yield given
-        return
-    url = args.url or os.environ.get(ENV_URL)
-    if not url:
-        raise NoDriver(
-            f"no driver URL: neither --url nor {ENV_URL} is set",
-            f"pass --url postgresql://user@host/db (or mongodb://host/db, memory://), or export {ENV_URL}",
-        )
-    driver = connect(url)
-    try:
-        yield driver
-    finally:
-        driver.close()
 
 
 def _parse_state(text: str) -> JobState:
@@ -274,9 +198,9 @@ def _describe(flt: JobFilter) -> str:
     if flt.id_prefix:
         parts.append(f"id-prefix={flt.id_prefix}")
     if flt.created_from:
-        parts.append(f"created-from={_when(flt.created_from)}")
+        parts.append(f"created-from={when(flt.created_from)}")
     if flt.created_to:
-        parts.append(f"created-to={_when(flt.created_to)}")
+        parts.append(f"created-to={when(flt.created_to)}")
     return " ".join(p for p in parts if p)
 
 
@@ -301,106 +225,106 @@ def _stats_data(stats: Stats) -> dict[str, Any]:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         data = _stats_data(driver.introspect.stats())
     if args.json:
-        _print_json(data)
+        print_json(data)
         return 0
     if not data["queues"]:
-        _out("no jobs")
+        out("no jobs")
         return 0
     headers = ["QUEUE", *(s.value.upper() for s in _STATE_ORDER), "OLDEST DUE"]
     rows = []
     for queue, entry in data["queues"].items():
-        age = entry["oldest_due_age_seconds"]
+        due_age = entry["oldest_due_age_seconds"]
         rows.append([
             queue, *(str(entry["counts"][s.value]) for s in _STATE_ORDER),
-            "-" if age is None else _age(timedelta(seconds=age)),
+            "-" if due_age is None else age(timedelta(seconds=due_age)),
         ])
     rows.append(["(all)", *(str(data["totals"][s.value]) for s in _STATE_ORDER), ""])
-    _out(_table(headers, rows))
-    _out(f"dead: {data['dead']}" + ("  (see `jobcore dead`)" if data["dead"] else ""))
+    out(table(headers, rows))
+    out(f"dead: {data['dead']}" + ("  (see `jobcore dead`)" if data["dead"] else ""))
     return 0
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
     flt = _filter(args)
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         page = driver.introspect.list(flt, args.limit, after=args.after, before=args.before)
     if args.json:
-        _print_json({"jobs": [job_to_dict(j) for j in page.jobs], "after": page.after, "before": page.before})
+        print_json({"jobs": [job_to_dict(j) for j in page.jobs], "after": page.after, "before": page.before})
         return 0
-    _out(_jobs_table(page.jobs) if page.jobs else "no jobs match")
+    out(_jobs_table(page.jobs) if page.jobs else "no jobs match")
     if page.after is not None:
-        _out(f"older: --after {page.after}")
+        out(f"older: --after {page.after}")
     if page.before is not None:
-        _out(f"newer: --before {page.before}")
+        out(f"newer: --before {page.before}")
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         job = driver.introspect.get(args.id)
         now = driver.clock.now()
     if job is None:
         raise JobNotFound(f"no job has id {args.id!r:.60}")
     if args.json:
-        _print_json(job_to_dict(job))
+        print_json(job_to_dict(job))
     else:
-        _out(_show_text(job, now))
+        out(_show_text(job, now))
     return 0
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         jobs = driver.introspect.dead_letters(args.queue, args.limit)
     if args.json:
-        _print_json({"jobs": [job_to_dict(j) for j in jobs]})
+        print_json({"jobs": [job_to_dict(j) for j in jobs]})
     else:
-        _out(_jobs_table(jobs, finished=True) if jobs else "no dead jobs")
+        out(_jobs_table(jobs, finished=True) if jobs else "no dead jobs")
     return 0
 
 
 def _cmd_rescue(args: argparse.Namespace) -> int:
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         result = driver.introspect.rescue()
     if args.json:
-        _print_json({"requeued": result.requeued, "buried": [job_to_dict(j) for j in result.buried]})
+        print_json({"requeued": result.requeued, "buried": [job_to_dict(j) for j in result.buried]})
         return 0
-    _out(f"requeued {result.requeued} job(s) whose lease lapsed; buried {len(result.buried)}")
+    out(f"requeued {result.requeued} job(s) whose lease lapsed; buried {len(result.buried)}")
     for job in result.buried:
-        _out(f"  buried {job.id} ({job.name}, queue {job.queue}) -> {job.state.value}")
+        out(f"  buried {job.id} ({job.name}, queue {job.queue}) -> {job.state.value}")
     return 0
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
     dry = args.dry_run or args.sql
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         done = driver.migrate(dry_run=dry)
-    target = redact(args.url or os.environ.get(ENV_URL) or "the given driver")
+    target = redact(store_url(args) or "the given driver")
     if args.sql:
         # A script for a DBA to apply (SQL: one transaction), nothing else on stdout.
         sql = done.language == "sql"
         if not done.statements:
-            _out(f"{'--' if sql else '//'} {done.describe()}: nothing to apply")
+            out(f"{'--' if sql else '//'} {done.describe()}: nothing to apply")
             return 0
         if sql:
-            _out("BEGIN;")
+            out("BEGIN;")
         for statement in done.statements:
-            _out(f"{statement.strip()};")
+            out(f"{statement.strip()};")
         if sql:
-            _out("COMMIT;")
+            out("COMMIT;")
         return 0
     if args.json:
-        _print_json({
+        print_json({
             "before": done.before, "after": done.after, "latest": done.latest, "applied": done.applied,
             "changed": done.changed, "statements": list(done.statements), "summary": done.describe(),
         })
         return 0
-    _out(f"schema of {target}: {done.describe()}")
+    out(f"schema of {target}: {done.describe()}")
     if dry:
         for statement in done.statements:
-            _out(f"  {' '.join(statement.split())}")
+            out(f"  {' '.join(statement.split())}")
     return 0
 
 
@@ -449,7 +373,7 @@ def _confirm(question: Callable[[], str]) -> bool:
             "a bulk change needs confirmation and there is no terminal to ask on",
             "check the selection with `jobcore ls` and the same filters, then pass --yes",
         )
-    print(f"{question()} [y/N] ", end="", file=sys.stderr, flush=True)
+    note(f"{question()} [y/N] ", end="")
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
@@ -466,22 +390,22 @@ def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace
             return f"{verb} jobs where {_describe(flt)}{count}, {scope}?"
 
         if not _confirm(question):
-            print("not confirmed; nothing changed", file=sys.stderr)
+            note("not confirmed; nothing changed")
             return 1
     total, calls = 0, 0
     while True:
         result = _bulk_call(verb, intro, flt, limit, args)
         total, calls = total + result.affected, calls + 1
         if args.all:
-            print(f"{verb}: {total} {_PAST[verb]} so far, {result.remaining} remaining", file=sys.stderr)
+            note(f"{verb}: {total} {_PAST[verb]} so far, {result.remaining} remaining")
         # A call that moved nothing would move nothing next time either: stop rather than spin.
         if not args.all or result.remaining == 0 or result.affected == 0:
             break
     if args.json:
-        _print_json({"verb": verb, "affected": total, "remaining": result.remaining, "calls": calls})
+        print_json({"verb": verb, "affected": total, "remaining": result.remaining, "calls": calls})
     else:
         more = " (run again, or pass --all)" if result.remaining and not args.all else ""
-        _out(f"{_PAST[verb]} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
+        out(f"{_PAST[verb]} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
     return 0
 
 
@@ -496,32 +420,23 @@ def _verb_handler(verb: str) -> Callable[[argparse.Namespace], int]:
                     f"{verb} was given a job id and bulk options ({given}) together",
                     f"use `jobcore {verb} ID` for one job, or filters (--state/--queue/--name) without an id",
                 )
-            with _driver(args) as driver:
+            with open_store(args) as driver:
                 job = _one(verb, driver.introspect, args.id, args)
             if args.json:
-                _print_json(job_to_dict(job))
+                print_json(job_to_dict(job))
             else:
-                _out(f"{_PAST[verb]} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
+                out(f"{_PAST[verb]} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
             return 0
         if flt is None:
             selector = "a job id" if verb == "resume" else "a job id or at least one filter (--state/--queue/--name)"
             raise OptionInvalid(f"{verb} needs {selector}", f"e.g. `jobcore {verb} ID`")
-        with _driver(args) as driver:
+        with open_store(args) as driver:
             return _bulk(verb, driver, flt, args)
 
     return handler
 
 
 # -- registration ----------------------------------------------------------------------
-
-
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--url", default=None, help=f"driver URL: postgresql://..., mongodb://..., memory:// (default: ${ENV_URL})"
-    )
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
-    return common
 
 
 def _filter_options(parser: argparse.ArgumentParser) -> None:
@@ -539,7 +454,7 @@ def _filter_options(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the operator commands to the ``jobcore`` parser."""
-    common = _common()
+    common = common_options()
 
     def add(name: str, summary: str) -> argparse.ArgumentParser:
         return subparsers.add_parser(name, parents=[common], help=summary, description=summary)

@@ -17,16 +17,14 @@ import argparse
 import logging
 import os
 import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
-from jobcore.cli_ops import ENV_URL, _common, _driver, _out, _print_json, _table
-from jobcore.cli_worker import add_migrate_option, configure_logging, import_jobs, prepare_schema
+from jobcore.cli._output import out, print_json, table
+from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
+from jobcore.cli._store import add_migrate_option, add_url_option, common_options, open_store, prepare_schema
 from jobcore.clock import to_millis
-from jobcore.current import connect
-from jobcore.errors import NoDriver, OptionInvalid, ScheduleNotFound
+from jobcore.errors import OptionInvalid, ScheduleNotFound
 from jobcore.records import Schedule
 from jobcore.registry import default_registry
 from jobcore.scheduler import DEFAULT_TICK, Scheduler, describe
@@ -45,7 +43,7 @@ def register(subparsers: Any) -> None:
             "schedule in the store until SIGTERM/SIGINT. Any number may run at once (workers run one too)."
         ),
     )
-    parser.add_argument("--url", default=None, help=f"driver URL (default: ${ENV_URL})")
+    add_url_option(parser)
     parser.add_argument(
         "--app", action="append", default=[], metavar="MODULE",
         help="dotted module name or .py path declaring jobs and schedules (repeatable; default: none)",
@@ -58,7 +56,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
     parser.set_defaults(func=_cmd_scheduler)
 
-    common = _common()
+    common = common_options()
     listing = subparsers.add_parser(
         "schedules", parents=[common], help="list periodic schedules; pause, resume or remove one",
         description=(
@@ -70,7 +68,7 @@ def register(subparsers: Any) -> None:
     # The verbs repeat --url/--json so they work after the name too; SUPPRESS keeps an
     # option given before the verb from being reset by the verb's own default.
     verb_common = argparse.ArgumentParser(add_help=False)
-    verb_common.add_argument("--url", default=argparse.SUPPRESS, help=f"driver URL (default: ${ENV_URL})")
+    add_url_option(verb_common, suppress=True)
     verb_common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     verbs = listing.add_subparsers(dest="action", metavar="ACTION")
     for name, summary, func in (
@@ -87,13 +85,8 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
-    handler, level = configure_logging(args.log_level)
-    try:
+    with logging_to_stderr(args.log_level):
         return _run_scheduler(args)
-    finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
-        logging.getLogger().setLevel(level)
 
 
 def _run_scheduler(args: argparse.Namespace) -> int:
@@ -101,17 +94,7 @@ def _run_scheduler(args: argparse.Namespace) -> int:
         raise OptionInvalid(f"--interval must be positive, got {args.interval}", "pass e.g. --interval 1")
     for module in args.app:
         import_jobs(module)
-    driver = args.driver
-    owned = driver is None
-    if driver is None:
-        url = args.url or os.environ.get(ENV_URL)
-        if not url:
-            raise NoDriver(
-                f"no driver URL: neither --url nor {ENV_URL} is set",
-                f"pass --url postgresql://user@host/db (or mongodb://host/db), or export {ENV_URL}",
-            )
-        driver = connect(url)
-    try:
+    with open_store(args) as driver:
         prepare_schema(driver, migrate=args.migrate, what="scheduler")
         scheduler = Scheduler(driver, registry=default_registry, interval=args.interval)
         restore = _install_signal_handlers(scheduler.request_stop)
@@ -129,28 +112,17 @@ def _run_scheduler(args: argparse.Namespace) -> int:
             _log.info("scheduler %s stopped", scheduler.scheduler_id)
         finally:
             restore()
-    finally:
-        if owned:
-            driver.close()
     return 0
 
 
 def _install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:
     """SIGTERM/SIGINT end the loop after the current tick. Answers an undo function."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        _log.warning("%s received: stopping the scheduler", signal.Signals(signum).name)
+    def on_signal(sig: signal.Signals) -> None:
+        _log.warning("%s received: stopping the scheduler", sig.name)
         stop()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
+    return on_stop_signals(on_signal)
 
 
 # -- jobcore schedules ---------------------------------------------------------------------
@@ -168,17 +140,17 @@ def _spec(row: dict[str, Any]) -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         now = to_millis(driver.clock.now())
         rows = [describe(s, now) for s in driver.schedules.list()]
     if args.json:
-        _print_json({"schedules": rows})
+        print_json({"schedules": rows})
         return 0
     if not rows:
-        _out("no schedules (a scheduler declares them when it starts: `jobcore scheduler --app MODULE`)")
+        out("no schedules (a scheduler declares them when it starts: `jobcore scheduler --app MODULE`)")
         return 0
     headers = ["NAME", "SPEC", "TZ", "NEXT", "LAST", "OUTCOME", "LAST JOB", "PAUSED"]
-    table = (
+    cells = (
         [
             r["name"], _spec(r), r["tz"] or "-", _short_time(r["next_occurrence"]),
             _short_time(r["last_occurrence"]), r["last_outcome"] or "-", r["last_job_id"] or "-",
@@ -186,21 +158,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
         ]
         for r in rows
     )
-    _out(_table(headers, table))
+    out(table(headers, cells))
     return 0
 
 
 def _verb(args: argparse.Namespace, action: str) -> int:
-    with _driver(args) as driver:
+    with open_store(args) as driver:
         store = driver.schedules
         answer: Schedule | bool | None = getattr(store, action)(args.name)
         if answer is None or answer is False:
             raise ScheduleNotFound(f"no schedule named {args.name!r:.80}")
         shown = describe(answer, to_millis(driver.clock.now())) if isinstance(answer, Schedule) else None
     if getattr(args, "json", False):
-        _print_json(shown if shown is not None else {"name": args.name, "removed": True})
+        print_json(shown if shown is not None else {"name": args.name, "removed": True})
     else:
-        _out(f"schedule {args.name} {action}d")
+        out(f"schedule {args.name} {action}d")
     return 0
 
 

@@ -1,20 +1,24 @@
 """The ``jobcore`` command: a thin dispatcher over the command modules.
 
-Each module in :data:`COMMAND_MODULES` exposes ``register(subparsers)``, adding its
-sub-commands with ``set_defaults(func=handler)``; a handler takes the parsed
-arguments and answers the exit status. A refused command prints the error's code,
-cause and fix on stderr and exits with the status of its class (see ``EXIT_CODES``).
+Each module in :data:`COMMAND_MODULES` (one per command group: :mod:`~jobcore.cli.ops`,
+:mod:`~jobcore.cli.worker`, :mod:`~jobcore.cli.schedules`, :mod:`~jobcore.cli.prune`,
+:mod:`~jobcore.cli.demo`) exposes ``register(subparsers)``, adding its sub-commands with
+``set_defaults(func=handler)``; a handler takes the parsed arguments and answers the exit
+status. Every command finds and opens its store the one way :mod:`jobcore.cli._store`
+does (``--url``, else ``$JOBCORE_URL``) and prints the one way :mod:`jobcore.cli._output`
+does. A refused command prints the error's code, cause and fix on stderr and exits with
+the status of its class (see ``EXIT_CODES``). ``python -m jobcore.cli`` runs it too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from jobcore import errors
+from jobcore.cli._output import EXIT_CODES, exit_code_for, print_error
 
 if TYPE_CHECKING:
     from jobcore.driver import JobDriver
@@ -22,28 +26,12 @@ if TYPE_CHECKING:
 __all__ = ["COMMAND_MODULES", "EXIT_CODES", "build_parser", "exit_code_for", "main"]
 
 COMMAND_MODULES = (
-    "jobcore.cli_ops",
-    "jobcore.cli_worker",
-    "jobcore.cli_schedules",
-    "jobcore.cli_prune",
-    "jobcore.demo",
+    "jobcore.cli.ops",
+    "jobcore.cli.worker",
+    "jobcore.cli.schedules",
+    "jobcore.cli.prune",
+    "jobcore.cli.demo",
 )
-
-EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
-    (errors.InvalidInput, 2),
-    (errors.JobNotFound, 3),
-    (errors.ScheduleNotFound, 3),
-    (errors.JobStateConflict, 4),
-    (errors.ConfigurationError, 5),
-    (errors.BackendError, 6),
-    (errors.JobcoreError, 1),
-)
-"""Exit status per class of refusal, most specific first (argparse's own usage errors are 2 too)."""
-
-
-def exit_code_for(exc: errors.JobcoreError) -> int:
-    """The documented exit status for ``exc``."""
-    return next(code for cls, code in EXIT_CODES if isinstance(exc, cls))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,11 +61,7 @@ def main(argv: Sequence[str] | None = None, *, driver: JobDriver | None = None) 
     try:
         return int(args.func(args) or 0)
     except errors.JobcoreError as exc:
-        print(f"error {exc.code}: {exc.cause}\n  fix: {exc.fix}", file=sys.stderr)
-        return exit_code_for(exc)
+        return print_error(exc)
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

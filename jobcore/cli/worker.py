@@ -1,0 +1,187 @@
+"""``jobcore worker MODULE``: import the module declaring the jobs, then run a worker.
+
+The module (a dotted name, or a path to a ``.py`` file) registers its handlers with
+``@job`` when imported. The worker connects to ``--url`` (or ``JOBCORE_URL``), makes
+that driver the process-wide one (so handlers can enqueue), and runs until SIGTERM or
+SIGINT; the first signal drains within ``--drain-timeout``, a second abandons what is
+still running at once. Logs go through :mod:`logging` on stderr, each record carrying
+the job id and name.
+
+Connections. The worker's driver opens at most ``--connections`` connections (default
+:data:`WORKER_CONNECTIONS`, whatever ``--concurrency`` is: PostgreSQL's ``pool_max``,
+MongoDB's ``maxPoolSize``), plus, on PostgreSQL with wake-ups, one LISTEN connection. A
+``pool_max`` (or, on MongoDB, ``maxPoolSize``) in the URL stands unless ``--connections``
+is given. See docs/deploy.md for the arithmetic of a fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from jobcore import validate as v
+from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
+from jobcore.cli._store import add_migrate_option, add_url_option, open_store, prepare_schema
+from jobcore.current import set_job_driver
+from jobcore.errors import ClaimQueuesEmpty, ConfigurationError, UrlInvalid
+from jobcore.registry import default_registry
+from jobcore.retention import DEFAULT_PRUNE_INTERVAL
+from jobcore.worker import DEFAULT_RETENTION, Worker
+
+__all__ = ["WORKER_CONNECTIONS", "connection_budget", "register", "run_worker"]
+
+def register(subparsers: Any) -> None:
+    """Add the ``worker`` sub-command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "worker", help="run a worker for the jobs a module declares",
+        description="Import MODULE (registering its @job handlers) and run a worker until SIGTERM/SIGINT.",
+    )
+    parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
+    add_url_option(parser)
+    parser.add_argument(
+        "--queues", default=None,
+        help="comma-separated queues (default: those the jobs declare; a value naming no queue is refused)",
+    )
+    add_migrate_option(parser, "worker")
+    parser.add_argument("--concurrency", type=int, default=4, help="handlers running at once (default 4)")
+    parser.add_argument(
+        "--connections", type=int, default=None,
+        help=f"database connections this worker opens at most, whatever its concurrency (default "
+        f"{WORKER_CONNECTIONS}, or the URL's pool_max / maxPoolSize), plus one LISTEN connection on PostgreSQL",
+    )
+    parser.add_argument("--lease", type=float, default=30.0, help="lease seconds, renewed every lease/3 (30)")
+    parser.add_argument(
+        "--margin", type=float, default=None,
+        help="safety margin seconds: a handler is called off once lease - margin passed without a renewal, "
+        "and a job is started only with at least a margin of its lease left (default lease/5)",
+    )
+    parser.add_argument(
+        "--strict-starts", action="store_true",
+        help="record each job's start in the store before its handler runs (a round trip per job), so a "
+        "handler that kills its worker at once still spends its attempt (default: recorded right after)",
+    )
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
+    parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
+    parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
+    parser.add_argument(
+        "--prune-interval", type=float, default=DEFAULT_PRUNE_INTERVAL,
+        help=f"seconds between pruning runs, one worker of the fleet at a time (default {DEFAULT_PRUNE_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--no-prune", action="store_true",
+        help="never prune finished jobs from this worker (default: prune by the default retention policy)",
+    )
+    parser.add_argument(
+        "--no-scheduler", action="store_true",
+        help="do not fire periodic schedules from this worker (default: a scheduler thread runs; see `scheduler`)",
+    )
+    parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
+    parser.set_defaults(func=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Handler of ``jobcore worker``."""
+    with logging_to_stderr(args.log_level):
+        return _run_worker(args)
+
+
+def _queues_option(text: str | None) -> str | None:
+    """``--queues`` checked: None when not given (the queues the jobs declare); a value naming
+    no queue ("", spaces, commas) is refused, never taken as every queue."""
+    if text is None:
+        return None
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    if not names:
+        raise ClaimQueuesEmpty(
+            f"--queues {text!r:.40} names no queue",
+            "name the queues to run, e.g. --queues default,mail, or leave --queues out to run "
+            "every queue the jobs declare",
+        )
+    return ",".join(names)
+
+
+WORKER_CONNECTIONS = 4
+"""Connections a ``jobcore worker`` process's driver opens at most, unless told otherwise."""
+_BUDGETED = {"postgresql": ("pool_max",), "postgres": ("pool_max",), "mongodb": ("pool_max", "maxpoolsize"),
+             "mongodb+srv": ("pool_max", "maxpoolsize")}
+
+
+def connection_budget(url: str, connections: object) -> dict[str, int]:
+    """The driver option bounding a worker's connections for ``url``: ``--connections`` when
+    given, else :data:`WORKER_CONNECTIONS` unless the URL sets its own pool size (none for a
+    driver without a pool, such as ``memory://``)."""
+    if connections is not None:
+        connections = v.check_int(connections, "--connections", 1, 1000)
+    parts = urlsplit(url)
+    names = _BUDGETED.get(parts.scheme.lower())
+    if names is None:
+        return {}
+    if connections is None:
+        given = {name.lower() for name, _ in parse_qsl(parts.query.replace(";", "&"), keep_blank_values=True)}
+        if given & set(names):
+            return {}
+        connections = WORKER_CONNECTIONS
+    return {"pool_max": int(connections)}
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    queues_given = _queues_option(args.queues)  # refused before anything is imported or connected
+    import_jobs(args.module)
+    if not len(default_registry):
+        raise ConfigurationError(
+            f"{args.module} declares no jobs", "decorate its handlers with @job, or name the module that does"
+        )
+    if args.driver is not None and args.connections is not None:
+        v.check_int(args.connections, "--connections", 1, 1000)
+    with open_store(args, missing=UrlInvalid, options=lambda url: connection_budget(url, args.connections)) as driver:
+        prepare_schema(driver, migrate=args.migrate, what="worker")
+        queues = queues_given or ",".join(sorted(default_registry.queues()))
+        worker = Worker(
+            queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,
+            strict_starts=args.strict_starts, driver=driver,
+            poll_interval=args.poll_interval,
+            drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
+            retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
+            scheduler=not args.no_scheduler,
+        )
+        metrics = None
+        if args.metrics_port is not None:
+            from jobcore.metrics import start_metrics_server  # noqa: PLC0415 - the optional extra loads only when asked
+
+            metrics = start_metrics_server(args.metrics_port, driver=driver)
+            worker.log.info("serving metrics on port %d at /metrics", metrics.port)
+        previous = set_job_driver(driver)
+        restore = _install_signal_handlers(worker)
+        try:
+            worker.run()
+        finally:
+            restore()
+            if metrics is not None:
+                metrics.close()
+            set_job_driver(previous)
+    return 0
+
+
+def _install_signal_handlers(worker: Worker) -> Callable[[], None]:
+    """SIGTERM/SIGINT drain the worker; a second one abandons in-flight jobs. Answers an undo function."""
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if len(received) == 1:
+            worker.log.warning("%s received: draining (send it again to stop at once)", sig.name)
+            worker.request_stop()
+        else:
+            worker.log.warning("%s received again: abandoning in-flight jobs", sig.name)
+            worker.request_stop(drain_timeout=0)
+
+    return on_stop_signals(on_signal)
