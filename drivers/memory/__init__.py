@@ -54,9 +54,6 @@ from jobcore.records import (
     RescueResult,
     RetentionPolicy,
     Stats,
-    claimed_job,
-    started_job,
-    stored_job,
 )
 
 from ._schedules import MemorySchedules
@@ -108,15 +105,19 @@ class _Row:
         self.result: str | None = None
         self.errors: list[JobError] = []
 
-    def job(self, *, duplicate: bool = False) -> Job:
-        # stored_job skips attrs' checks: every field was checked on its way in. The JSON
-        # is decoded afresh each time, so no caller can change what the store holds.
+    def job(self, *, duplicate: bool = False, started: datetime | None = None) -> Job:
+        """The row as a record; with ``started``, as a held attempt will stand once started
+        then (F04): ``attempt`` moved by one, ``attempted_at`` set. The JSON is decoded
+        afresh each time, so no caller can change what the store holds."""
         errors = tuple(self.errors)
-        return stored_job(
-            str(self.seq), self.name, self.queue, _loads(self.payload), self.state, self.priority, self.attempt,
-            self.max_attempts, self.run_at, self.created_at, self.attempted_at, self.finished_at, self.worker_id,
-            self.claim_no, self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
-            errors[-1] if errors else None, errors, duplicate,
+        return Job(
+            id=str(self.seq), name=self.name, queue=self.queue, payload=_loads(self.payload), state=self.state,
+            priority=self.priority, attempt=self.attempt if started is None else self.attempt + 1,
+            max_attempts=self.max_attempts, run_at=self.run_at, created_at=self.created_at,
+            attempted_at=self.attempted_at if started is None else started, finished_at=self.finished_at,
+            worker_id=self.worker_id, claim_no=self.claim_no, lease_expires_at=self.lease_expires_at, key=self.key,
+            result=None if self.result is None else _loads(self.result), last_error=errors[-1] if errors else None,
+            errors=errors, duplicate=duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:
@@ -287,8 +288,8 @@ class MemoryDriver:
             row.attempted_at = now
         row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
-        job = row.job()
-        return claimed_job(job if start else started_job(job, now))
+        job = row.job(started=None if start else now)
+        return Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=worker, claim_no=job.claim_no))
 
     def _wake(self, queues: Iterable[str]) -> None:
         """Tell subscribers of ``queues`` (call without the lock held)."""
