@@ -12,9 +12,9 @@ keeps), and a naive datetime is refused at construction.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
@@ -132,12 +132,23 @@ def _record(cls: type[_R]) -> type[_R]:
                     + call
                 )
             checks.append(f"    {call}")
-    source = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body + checks) + "\n"
+    names, code = ", ".join(f.name for f in fields), "\n".join(body + checks)
+    space["_new"], space["_cls"] = object.__new__, cls
+    source = (
+        f"def __init__(self, *, {', '.join(params)}):\n{code}\n"
+        f"def positional({names}):\n    self = _new(_cls)\n{code}\n    return self\n"
+    )
     exec(compile(source, f"<{cls.__qualname__}.__init__>", "exec"), space)  # noqa: S102 - as attrs makes its own
-    init = space["__init__"]
-    init.__qualname__, init.__module__ = f"{cls.__qualname__}.__init__", cls.__module__
+    init, positional = space["__init__"], space["positional"]
+    for func, name in ((init, "__init__"), (positional, "positional")):
+        func.__qualname__, func.__module__ = f"{cls.__qualname__}.{name}", cls.__module__
     init.__annotations__ = {f.name: f.type for f in fields} | {"return": None}
+    positional.__doc__ = (
+        f"A {cls.__name__} from every field's value, positionally in declaration order ({names}): "
+        "the constructor's own code and checks, called without keywords (a third of the cost on a hot path)."
+    )
     cls.__init__ = init  # type: ignore[method-assign]
+    cls.positional = staticmethod(positional)  # type: ignore[attr-defined]
     return cls
 
 
@@ -220,6 +231,10 @@ class Job:
     errors: tuple[JobError, ...] = ()
     duplicate: bool = attrs.field(default=False, eq=False)
 
+    positional: ClassVar[Callable[..., Job]]
+    """``Job.positional(id, name, ..., duplicate)``: the constructor, every field given
+    positionally in declaration order, for drivers' hot paths (see :func:`_record`)."""
+
     @property
     def token(self) -> ClaimToken | None:
         """The token a current holder has, when running."""
@@ -270,6 +285,9 @@ class ClaimToken:
     worker_id: str
     claim_no: int
 
+    positional: ClassVar[Callable[[str, str, int], ClaimToken]]
+    """``ClaimToken.positional(job_id, worker_id, claim_no)``, for drivers' claim paths."""
+
 
 @_record
 @attrs.frozen(kw_only=True)
@@ -283,6 +301,9 @@ class Claimed:
 
     job: Job
     token: ClaimToken
+
+    positional: ClassVar[Callable[[Job, ClaimToken], Claimed]]
+    """``Claimed.positional(job, token)``, for drivers' claim paths."""
 
 
 @_record

@@ -110,14 +110,13 @@ class _Row:
         then (F04): ``attempt`` moved by one, ``attempted_at`` set. The JSON is decoded
         afresh each time, so no caller can change what the store holds."""
         errors = tuple(self.errors)
-        return Job(
-            id=str(self.seq), name=self.name, queue=self.queue, payload=_loads(self.payload), state=self.state,
-            priority=self.priority, attempt=self.attempt if started is None else self.attempt + 1,
-            max_attempts=self.max_attempts, run_at=self.run_at, created_at=self.created_at,
-            attempted_at=self.attempted_at if started is None else started, finished_at=self.finished_at,
-            worker_id=self.worker_id, claim_no=self.claim_no, lease_expires_at=self.lease_expires_at, key=self.key,
-            result=None if self.result is None else _loads(self.result), last_error=errors[-1] if errors else None,
-            errors=errors, duplicate=duplicate,
+        # Positionally (the fields' declaration order): every claim and settle builds one.
+        return Job.positional(
+            str(self.seq), self.name, self.queue, _loads(self.payload), self.state, self.priority,
+            self.attempt if started is None else self.attempt + 1, self.max_attempts, self.run_at, self.created_at,
+            self.attempted_at if started is None else started, self.finished_at, self.worker_id, self.claim_no,
+            self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
+            errors[-1] if errors else None, errors, duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:
@@ -289,7 +288,7 @@ class MemoryDriver:
         row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
         job = row.job(started=None if start else now)
-        return Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=worker, claim_no=job.claim_no))
+        return Claimed.positional(job, ClaimToken.positional(job.id, worker, job.claim_no))
 
     def _wake(self, queues: Iterable[str]) -> None:
         """Tell subscribers of ``queues`` (call without the lock held)."""

@@ -655,8 +655,7 @@ class PostgresDriver:
         for row in rows:
             job = job_from_row(row[2:])
             if row[0] == 0:
-                token = ClaimToken(job_id=job.id, worker_id=worker, claim_no=job.claim_no)
-                claimed.append(Claimed(job=job, token=token))
+                claimed.append(Claimed.positional(job, ClaimToken.positional(job.id, worker, job.claim_no)))
             else:
                 buried.append(job)
         return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))

@@ -57,15 +57,13 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
         attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors,
     ) = row
     history = tuple(_error(e) for e in errors) if errors else ()
-    return Job(
-        id=str(id_), name=name, queue=queue, payload=_loads(payload), state=_STATES[state], priority=priority,
-        attempt=attempt, max_attempts=max_attempts, run_at=run_at.astimezone(_UTC),
-        created_at=created_at.astimezone(_UTC),
-        attempted_at=None if attempted_at is None else attempted_at.astimezone(_UTC),
-        finished_at=None if finished_at is None else finished_at.astimezone(_UTC), worker_id=worker_id,
-        claim_no=claim_no, lease_expires_at=None if lease_expires_at is None else lease_expires_at.astimezone(_UTC),
-        key=key, result=None if result is None else _loads(result), last_error=history[-1] if history else None,
-        errors=history, duplicate=duplicate,
+    return Job.positional(  # the row is the fields in declaration order, last_error and duplicate aside
+        str(id_), name, queue, _loads(payload), _STATES[state], priority, attempt, max_attempts,
+        run_at.astimezone(_UTC), created_at.astimezone(_UTC),
+        None if attempted_at is None else attempted_at.astimezone(_UTC),
+        None if finished_at is None else finished_at.astimezone(_UTC),
+        worker_id, claim_no, None if lease_expires_at is None else lease_expires_at.astimezone(_UTC), key,
+        None if result is None else _loads(result), history[-1] if history else None, history, duplicate,
     )
 
 
