@@ -148,3 +148,22 @@ def test_a_missing_or_unknown_field_is_refused() -> None:
         ClaimToken(job_id="1", worker_id="w", claim_no=1, colour="red")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         ClaimToken("1", "w", 1)  # type: ignore[misc]
+
+
+def test_positional_builds_the_same_record_as_the_constructor_with_the_same_checks() -> None:
+    """Job.positional (drivers' hot paths) takes every field in declaration order and checks like Job(...)."""
+    fields = _job_fields(state="running")
+    fast = Job.positional(*fields.values())
+    assert fast == Job(**fields)  # type: ignore[arg-type]
+    assert attrs.asdict(fast, recurse=False) == attrs.asdict(Job(**fields), recurse=False)  # type: ignore[arg-type]
+    assert fast.state is JobState.RUNNING
+    assert fast.duplicate is True
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.claim_no = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="lease_expires_at must be a timezone-aware datetime"):
+        Job.positional(*_job_fields(lease_expires_at=NAIVE).values())
+    token = ClaimToken.positional("7", "w", 2)
+    assert Claimed.positional(fast, token) == Claimed(job=fast, token=ClaimToken(job_id="7", worker_id="w", claim_no=2))
+    assert hash(token) == hash(fast.token)
+    with pytest.raises(TypeError):
+        ClaimToken.positional("7", "w")  # type: ignore[call-arg]
