@@ -54,9 +54,6 @@ from jobcore.records import (
     RescueResult,
     RetentionPolicy,
     Stats,
-    claimed_job,
-    started_job,
-    stored_job,
 )
 
 from ._schedules import MemorySchedules
@@ -108,14 +105,17 @@ class _Row:
         self.result: str | None = None
         self.errors: list[JobError] = []
 
-    def job(self, *, duplicate: bool = False) -> Job:
-        # stored_job skips attrs' checks: every field was checked on its way in. The JSON
-        # is decoded afresh each time, so no caller can change what the store holds.
+    def job(self, *, duplicate: bool = False, started: datetime | None = None) -> Job:
+        """The row as a record; with ``started``, as a held attempt will stand once started
+        then (F04): ``attempt`` moved by one, ``attempted_at`` set. The JSON is decoded
+        afresh each time, so no caller can change what the store holds."""
         errors = tuple(self.errors)
-        return stored_job(
-            str(self.seq), self.name, self.queue, _loads(self.payload), self.state, self.priority, self.attempt,
-            self.max_attempts, self.run_at, self.created_at, self.attempted_at, self.finished_at, self.worker_id,
-            self.claim_no, self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
+        # Positionally (the fields' declaration order): every claim and settle builds one.
+        return Job.positional(
+            str(self.seq), self.name, self.queue, _loads(self.payload), self.state, self.priority,
+            self.attempt if started is None else self.attempt + 1, self.max_attempts, self.run_at, self.created_at,
+            self.attempted_at if started is None else started, self.finished_at, self.worker_id, self.claim_no,
+            self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
             errors[-1] if errors else None, errors, duplicate,
         )
 
@@ -287,8 +287,8 @@ class MemoryDriver:
             row.attempted_at = now
         row.lease_expires_at = expires
         heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
-        job = row.job()
-        return claimed_job(job if start else started_job(job, now))
+        job = row.job(started=None if start else now)
+        return Claimed.positional(job, ClaimToken.positional(job.id, worker, job.claim_no))
 
     def _wake(self, queues: Iterable[str]) -> None:
         """Tell subscribers of ``queues`` (call without the lock held)."""

@@ -71,7 +71,7 @@ from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, started_job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
 from . import _docs as d
 from ._errors import Bounds, translated
@@ -809,8 +809,10 @@ def _started(now: datetime) -> Doc:
 
 def _claimed(doc: Doc, now: datetime) -> Claimed:
     """The claim's answer; a held job as its attempt will stand once started (F04)."""
+    if doc.get("held"):
+        doc = {**doc, "attempt": doc["attempt"] + 1, "attempted_at": now}
     job = d.to_job(doc)
-    return claimed_job(started_job(job, now) if doc.get("held") else job)
+    return Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=doc["worker_id"], claim_no=job.claim_no))
 
 
 def _fence(token: ClaimToken) -> Doc | None:

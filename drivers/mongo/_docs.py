@@ -84,6 +84,7 @@ INDEXES = [
 ]
 
 _MAX_ID = 2**63 - 1
+_STATES = {state.value: state for state in JobState}
 
 
 def parse_id(job_id: object) -> int | None:
@@ -108,7 +109,7 @@ def to_job(doc: Mapping[str, Any], *, duplicate: bool = False) -> Job:
     )
     return Job(
         id=str(doc["_id"]), name=doc["name"], queue=doc["queue"], payload=v.decode_json(doc["payload"]),
-        state=doc["state"], priority=doc["priority"], attempt=doc["attempt"], max_attempts=doc["max_attempts"],
+        state=_STATES[doc["state"]], priority=doc["priority"], attempt=doc["attempt"], max_attempts=doc["max_attempts"],
         run_at=doc["run_at"], created_at=doc["created_at"], attempted_at=_when(doc.get("attempted_at")),
         finished_at=_when(doc.get("finished_at")), worker_id=doc.get("worker_id"), claim_no=doc.get("claim_no", 0),
         lease_expires_at=_when(doc.get("lease_expires_at")), key=doc.get("key"),

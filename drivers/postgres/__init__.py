@@ -69,7 +69,7 @@ from jobcore.errors import (
     redact,
     secrets_of,
 )
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration, claimed_job, stored_job
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
 from . import _schema
 from ._errors import origin, route_pool_logging, translate, translated
@@ -216,9 +216,9 @@ def _inserted(id_: int, new: v.StoreTimedJob, due: tuple[datetime, JobState], no
     """The job a keyless insert stored: what was sent (checked, UTC, to the millisecond),
     its due time and state as the statement decided them on ``now`` (the store's), and its
     id, with no row to read back."""
-    return stored_job(
-        str(id_), new.name, new.queue, decode_stored(new.payload), due[1], new.priority, 0, new.max_attempts,
-        due[0], now, None, None, None, 0, None, None, None, None, (), False,
+    return Job(
+        id=str(id_), name=new.name, queue=new.queue, payload=decode_stored(new.payload), state=due[1],
+        priority=new.priority, max_attempts=new.max_attempts, run_at=due[0], created_at=now,
     )
 
 
@@ -655,7 +655,7 @@ class PostgresDriver:
         for row in rows:
             job = job_from_row(row[2:])
             if row[0] == 0:
-                claimed.append(claimed_job(job))
+                claimed.append(Claimed.positional(job, ClaimToken.positional(job.id, worker, job.claim_no)))
             else:
                 buried.append(job)
         return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jobcore.clock import to_millis
-from jobcore.records import Job, JobError, JobFilter, JobState, stored_job
+from jobcore.records import Job, JobError, JobFilter, JobState
 
 __all__ = ["EPOCH", "decode_stored", "epoch_ms", "filter_params", "job_from_row", "parse_id"]
 
@@ -57,8 +57,7 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
         attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors,
     ) = row
     history = tuple(_error(e) for e in errors) if errors else ()
-    # stored_job skips attrs' checks: every value here comes from a checked write
-    return stored_job(
+    return Job.positional(  # the row is the fields in declaration order, last_error and duplicate aside
         str(id_), name, queue, _loads(payload), _STATES[state], priority, attempt, max_attempts,
         run_at.astimezone(_UTC), created_at.astimezone(_UTC),
         None if attempted_at is None else attempted_at.astimezone(_UTC),
