@@ -348,14 +348,19 @@ def decode_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def exception_text(error: BaseException) -> tuple[str, str]:
+    """``(type name, str(error))``; a placeholder text when ``str`` itself raises."""
+    type_name = type(error).__name__
+    try:
+        return type_name, str(error)
+    except Exception:
+        return type_name, f"<unprintable {type_name}>"
+
+
 def error_entry(error: object) -> tuple[str, str]:
     """``(type name, message)`` of what ``nack`` was given: an exception or a str."""
     if isinstance(error, BaseException):
-        type_name = type(error).__name__
-        try:
-            message = str(error)
-        except Exception:
-            message = f"<unprintable {type_name}>"
+        type_name, message = exception_text(error)
     elif isinstance(error, str):
         type_name, message = "Error", error
     else:

@@ -48,11 +48,7 @@ def handler_error(raised: object) -> Exception:
     is described by its ``repr``; a non-exception value by its type and ``repr``.
     """
     if isinstance(raised, BaseException):
-        type_name = type(raised).__name__
-        try:
-            message = str(raised)
-        except Exception:
-            message = f"<unprintable {type_name}>"
+        type_name, message = v.exception_text(raised)
         if not message:
             try:
                 message = repr(raised)
