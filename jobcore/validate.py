@@ -2,8 +2,8 @@
 
 A driver calls these before it touches its store; a refusal raises a coded
 :class:`~jobcore.errors.InvalidInput` and nothing is written. The limits (payload size,
-batch sizes, page sizes, ranges) are module constants, the same for every driver, and
-are listed in ``docs/rules.md``.
+batch sizes, page sizes, ranges) live in :mod:`jobcore.vocabulary`, the same for every
+driver, and are listed in ``docs/rules.md``.
 """
 
 from __future__ import annotations
@@ -35,13 +35,38 @@ from jobcore.records import (
     RetentionPolicy,
     ScheduleOutcome,
 )
+from jobcore.vocabulary import (  # the limits, re-exported: drivers and checks read them as v.NAME
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PAGE,
+    DEFAULT_PRUNE_BATCH,
+    DEFAULT_PRUNE_ROWS,
+    MAX_ATTEMPTS,
+    MAX_BULK_ROWS,
+    MAX_CLAIM_BATCH,
+    MAX_DELAY,
+    MAX_ENQUEUE_BATCH,
+    MAX_ERROR_TEXT_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_LEASE,
+    MAX_NAME_LENGTH,
+    MAX_PAGE,
+    MAX_PAYLOAD_BYTES,
+    MAX_PRUNE_ROWS,
+    MAX_SPREAD,
+    MIN_LEASE,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_PAGE",
+    "DEFAULT_PRUNE_BATCH",
+    "DEFAULT_PRUNE_ROWS",
     "MAX_ATTEMPTS",
     "MAX_BULK_ROWS",
     "MAX_CLAIM_BATCH",
+    "MAX_DELAY",
     "MAX_ENQUEUE_BATCH",
     "MAX_ERROR_TEXT_BYTES",
     "MAX_JSON_DEPTH",
@@ -50,7 +75,10 @@ __all__ = [
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
     "MAX_PRUNE_ROWS",
+    "MAX_SPREAD",
     "MIN_LEASE",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "NewJob",
     "StoreTimedJob",
     "check_bool",
@@ -82,34 +110,6 @@ __all__ = [
     "prune_cutoffs",
 ]
 
-MAX_PAYLOAD_BYTES = 1024 * 1024
-"""Largest payload or result, as UTF-8 JSON text."""
-MAX_ERROR_TEXT_BYTES = 16 * 1024
-"""Largest error message (UTF-8). The worker truncates its own texts to fit."""
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of lists and dicts in a payload or result."""
-MAX_NAME_LENGTH = 200
-"""Longest job name, queue, key, worker id or lease key (characters)."""
-MAX_CLAIM_BATCH = 1000
-"""Largest ``claim(limit=...)``."""
-MAX_BULK_ROWS = 1000
-"""Most rows one ``*_many`` operator call moves."""
-MAX_ENQUEUE_BATCH = 10_000
-"""Most specs one ``enqueue_many`` stores."""
-MAX_PRUNE_ROWS = 100_000
-"""Most rows one ``introspect.prune`` call deletes (in batches of at most MAX_BULK_ROWS)."""
-DEFAULT_PRUNE_ROWS = 10_000
-DEFAULT_PRUNE_BATCH = 500
-DEFAULT_PAGE = 100
-MAX_PAGE = 200
-DEFAULT_MAX_ATTEMPTS = 20
-MAX_ATTEMPTS = 1000
-PRIORITY_MIN = -(2**31)
-PRIORITY_MAX = 2**31 - 1
-MIN_LEASE = timedelta(milliseconds=1)
-MAX_LEASE = timedelta(days=7)
-MAX_DELAY = timedelta(days=36_500)
-MAX_SPREAD = timedelta(hours=1)
 _EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 _MAX_QUEUES = 100

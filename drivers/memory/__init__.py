@@ -55,6 +55,13 @@ from jobcore.records import (
     RetentionPolicy,
     Stats,
 )
+from jobcore.vocabulary import (
+    CANCELLED_ENTRY,
+    LEASE_EXPIRED,
+    LEASE_EXPIRED_TEXT,
+    LEASE_LAPSED_FINAL,
+    lease_lapsed_final_text,
+)
 
 from ._schedules import MemorySchedules
 
@@ -63,9 +70,6 @@ __all__ = ["MemoryDriver"]
 READY, SCHEDULED, RUNNING, SUSPENDED = JobState.READY, JobState.SCHEDULED, JobState.RUNNING, JobState.SUSPENDED
 DONE, FAILED, DEAD, CANCELLED = JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELLED
 
-LEASE_EXPIRED = "LeaseExpired"
-LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
-LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
 
 _raw_decode = json.JSONDecoder().raw_decode
 
@@ -236,8 +240,7 @@ class MemoryDriver:
         return list(found.values())
 
     def _bury(self, row: _Row, drop: frozenset[str], now: datetime) -> Job:
-        text = f"lease lapsed on the final attempt ({row.attempt} of {row.max_attempts}); the worker likely crashed"
-        self._error(row, LEASE_LAPSED_FINAL, text, now)
+        self._error(row, LEASE_LAPSED_FINAL, lease_lapsed_final_text(row.attempt, row.max_attempts), now)
         self._finish(row, FAILED if row.name in drop else DEAD, now)
         return row.job()
 
@@ -624,7 +627,7 @@ class _MemoryIntrospector:
             if row is None or row.state not in LIVE_STATES:
                 return None
             now = self._d._now()
-            self._d._error(row, "Cancelled", text, now)
+            self._d._error(row, CANCELLED_ENTRY, text, now)
             self._d._finish(row, CANCELLED, now)
             return row.job()
 
@@ -704,7 +707,7 @@ class _MemoryIntrospector:
             now = self._d._now()
             rows = self._eligible(flt, LIVE_STATES)
             for row in rows[:size]:
-                self._d._error(row, "Cancelled", text, now)
+                self._d._error(row, CANCELLED_ENTRY, text, now)
                 self._d._finish(row, CANCELLED, now)
             return BulkResult(affected=min(size, len(rows)), remaining=max(0, len(rows) - size))
 

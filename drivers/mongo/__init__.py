@@ -72,6 +72,7 @@ from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
+from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_FINAL
 
 from . import _docs as d
 from ._errors import Bounds, translated
@@ -85,9 +86,6 @@ __all__ = ["DEFAULT_POOL_MAX", "MongoDriver", "capabilities_of"]
 
 Doc = dict[str, Any]
 READY, SCHEDULED, RUNNING = JobState.READY.value, JobState.SCHEDULED.value, JobState.RUNNING.value
-LEASE_EXPIRED = "LeaseExpired"
-LEASE_EXPIRED_TEXT = "lease expired before the attempt finished"
-LEASE_LAPSED_FINAL = "LeaseLapsedFinalAttempt"
 _CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
 DEFAULT_CALL_TIMEOUT = 10.0
 """Seconds one driver call may take by default (F07)."""

@@ -38,6 +38,7 @@ from jobcore.records import (
     RetentionPolicy,
     Stats,
 )
+from jobcore.vocabulary import CANCELLED_ENTRY, LEASE_EXPIRED, LEASE_EXPIRED_TEXT
 
 from . import _docs as d
 from ._errors import translated
@@ -131,7 +132,7 @@ class MongoIntrospector:
         # update_many re-evaluates the filter on each document as it writes it, so a job
         # heartbeated or reclaimed meanwhile is left alone, and a second sweep finds nothing.
         # A held job (F04) lost no attempt: it goes back as it was, nothing recorded.
-        lost = d.errors_appended("LeaseExpired", "lease expired before the attempt finished", now)
+        lost = d.errors_appended(LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now)
         moved = self._jobs.update_many(
             d.lapsed_query(None, now, final=False),
             [
@@ -144,7 +145,7 @@ class MongoIntrospector:
 
     def _cancel_update(self, reason: str | None, now: datetime) -> DocList:
         text = _CANCELLED_TEXT if reason is None else v.error_entry(reason)[1]
-        return [d.append_error("Cancelled", text, now), *d.finish_stages(JobState.CANCELLED.value, now)]
+        return [d.append_error(CANCELLED_ENTRY, text, now), *d.finish_stages(JobState.CANCELLED.value, now)]
 
     @translated
     def cancel(self, job_id: str, reason: str | None = None) -> Job | None:

@@ -25,27 +25,12 @@ from jobcore.cli._output import age, clip, iso, note, out, print_json, table, wh
 from jobcore.cli._store import common_options, open_store, store_url
 from jobcore.driver import Introspector, JobDriver
 from jobcore.errors import JobNotCancellable, JobNotFound, OptionInvalid, redact
-from jobcore.records import FINISHED_STATES, LIVE_STATES, BulkResult, Job, JobError, JobFilter, JobState, Stats
+from jobcore.records import BulkResult, Job, JobError, JobFilter, JobState, Stats
+from jobcore.vocabulary import GUARDS
 
 __all__ = ["job_to_dict", "register"]
 
 _STATE_ORDER = tuple(JobState)
-
-# The states each bulk verb's own guard lets through (O05), for the confirmation estimate.
-_GUARDS: dict[str, frozenset[JobState]] = {
-    "cancel": frozenset(LIVE_STATES),
-    "requeue": frozenset(FINISHED_STATES),
-    "remove": frozenset(JobState) - {JobState.RUNNING},
-    "promote": frozenset({JobState.SCHEDULED}),
-}
-_PAST = {
-    "cancel": "cancelled",
-    "requeue": "requeued",
-    "remove": "removed",
-    "promote": "promoted",
-    "resume": "resumed",
-}
-
 
 # -- JSON shape ------------------------------------------------------------------------
 
@@ -384,7 +369,7 @@ def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace
     if not args.yes:
 
         def question() -> str:
-            estimate = _estimate(intro.stats(), flt, _GUARDS[verb])
+            estimate = _estimate(intro.stats(), flt, GUARDS[verb].states)
             count = "" if estimate is None else f" ({estimate} match now)"
             scope = "until none remain" if args.all else f"at most {limit}"
             return f"{verb} jobs where {_describe(flt)}{count}, {scope}?"
@@ -397,7 +382,7 @@ def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace
         result = _bulk_call(verb, intro, flt, limit, args)
         total, calls = total + result.affected, calls + 1
         if args.all:
-            note(f"{verb}: {total} {_PAST[verb]} so far, {result.remaining} remaining")
+            note(f"{verb}: {total} {GUARDS[verb].past} so far, {result.remaining} remaining")
         # A call that moved nothing would move nothing next time either: stop rather than spin.
         if not args.all or result.remaining == 0 or result.affected == 0:
             break
@@ -405,7 +390,7 @@ def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace
         print_json({"verb": verb, "affected": total, "remaining": result.remaining, "calls": calls})
     else:
         more = " (run again, or pass --all)" if result.remaining and not args.all else ""
-        out(f"{_PAST[verb]} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
+        out(f"{GUARDS[verb].past} {total} job(s) in {calls} call(s); {result.remaining} remaining{more}")
     return 0
 
 
@@ -425,7 +410,7 @@ def _verb_handler(verb: str) -> Callable[[argparse.Namespace], int]:
             if args.json:
                 print_json(job_to_dict(job))
             else:
-                out(f"{_PAST[verb]} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
+                out(f"{GUARDS[verb].past} job {job.id} ({job.name}, queue {job.queue}); state {job.state.value}")
             return 0
         if flt is None:
             selector = "a job id" if verb == "resume" else "a job id or at least one filter (--state/--queue/--name)"

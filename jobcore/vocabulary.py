@@ -1,0 +1,148 @@
+"""jobcore's shared vocabulary: state sets, verb guards, history entries and limits.
+
+Every word the front door, the drivers (their SQL and Mongo filters), the CLI and the
+docs use about a job's life is written here once and read from here. A driver that
+spells a state set, an error-history text or a limit itself is a bug waiting for the
+day the three spellings drift.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Final
+
+import attrs
+
+from jobcore.errors import (
+    JobNotFound,
+    JobNotPromotable,
+    JobNotRemovable,
+    JobNotRequeueable,
+    JobNotResumable,
+    JobStateConflict,
+)
+from jobcore.records import FINISHED_STATES, LIVE_STATES, JobState
+
+__all__ = [
+    "ALL_STATES",
+    "CANCELLED_ENTRY",
+    "CLAIMABLE_STATES",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_PAGE",
+    "DEFAULT_PRUNE_BATCH",
+    "DEFAULT_PRUNE_ROWS",
+    "FINISHED_STATES",
+    "GUARDS",
+    "LEASE_EXPIRED",
+    "LEASE_EXPIRED_TEXT",
+    "LEASE_LAPSED_FINAL",
+    "LIVE_STATES",
+    "MAX_ATTEMPTS",
+    "MAX_BULK_ROWS",
+    "MAX_CLAIM_BATCH",
+    "MAX_DELAY",
+    "MAX_ENQUEUE_BATCH",
+    "MAX_ERROR_TEXT_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_LEASE",
+    "MAX_NAME_LENGTH",
+    "MAX_PAGE",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_PRUNE_ROWS",
+    "MAX_SPREAD",
+    "MIN_LEASE",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "Guard",
+    "lease_lapsed_final_text",
+    "not_found",
+]
+
+# -- states ----------------------------------------------------------------------------
+
+ALL_STATES: Final = frozenset(JobState)
+CLAIMABLE_STATES: Final = frozenset({JobState.READY, JobState.SCHEDULED})
+"""States a claim may take a job from (once due); ``running`` is taken only when its lease lapsed."""
+
+
+@attrs.frozen
+class Guard:
+    """Which states an operator verb moves a job out of, and the refusal for any other.
+
+    ``refusal`` is ``None`` for a verb that answers ``None`` instead of refusing (cancel).
+    """
+
+    verb: str
+    states: frozenset[JobState]
+    refusal: type[JobStateConflict] | None
+    past: str
+    """The verb in the past tense, as the CLI and the dashboard report it."""
+
+    def allows(self, state: JobState) -> bool:
+        return state in self.states
+
+
+GUARDS: Final[dict[str, Guard]] = {
+    g.verb: g
+    for g in (
+        Guard("cancel", frozenset(LIVE_STATES), None, "cancelled"),
+        Guard("requeue", frozenset(FINISHED_STATES), JobNotRequeueable, "requeued"),
+        Guard("remove", ALL_STATES - {JobState.RUNNING}, JobNotRemovable, "removed"),
+        Guard("promote", frozenset({JobState.SCHEDULED}), JobNotPromotable, "promoted"),
+        Guard("resume", frozenset({JobState.SUSPENDED}), JobNotResumable, "resumed"),
+    )
+}
+"""The operator verbs' state guards (rules O01-O05), single and bulk alike."""
+
+
+def not_found(job_id: object) -> JobNotFound:
+    """The one refusal for an id no job has (O02-O04)."""
+    return JobNotFound(f"no job has id {job_id!r:.60}")
+
+
+# -- error-history entries a store writes itself ----------------------------------------
+
+LEASE_EXPIRED: Final = "LeaseExpired"
+"""Type of the entry a reclaim or rescue records for the attempt a lapsed lease lost (C07)."""
+LEASE_EXPIRED_TEXT: Final = "lease expired before the attempt finished"
+LEASE_LAPSED_FINAL: Final = "LeaseLapsedFinalAttempt"
+"""Type of the entry a burial records (C08)."""
+CANCELLED_ENTRY: Final = "Cancelled"
+"""Type of the entry ``cancel`` records, with the caller's reason as its message (O01)."""
+
+
+def lease_lapsed_final_text(attempt: int, max_attempts: int) -> str:
+    """The burial entry's message (C08); SQL and Mongo build the same text from the row."""
+    return f"lease lapsed on the final attempt ({attempt} of {max_attempts}); the worker likely crashed"
+
+
+# -- limits (the same for every driver; listed in docs/rules.md) -------------------------
+
+MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+"""Largest payload or result, as UTF-8 JSON text."""
+MAX_ERROR_TEXT_BYTES: Final = 16 * 1024
+"""Largest error message (UTF-8). The worker truncates its own texts to fit."""
+MAX_JSON_DEPTH: Final = 64
+"""Deepest nesting of lists and dicts in a payload or result."""
+MAX_NAME_LENGTH: Final = 200
+"""Longest job name, queue, key, worker id or lease key (characters)."""
+MAX_CLAIM_BATCH: Final = 1000
+"""Largest ``claim(limit=...)``."""
+MAX_BULK_ROWS: Final = 1000
+"""Most rows one ``*_many`` operator call moves."""
+MAX_ENQUEUE_BATCH: Final = 10_000
+"""Most specs one ``enqueue_many`` stores."""
+MAX_PRUNE_ROWS: Final = 100_000
+"""Most rows one ``introspect.prune`` call deletes (in batches of at most MAX_BULK_ROWS)."""
+DEFAULT_PRUNE_ROWS: Final = 10_000
+DEFAULT_PRUNE_BATCH: Final = 500
+DEFAULT_PAGE: Final = 100
+MAX_PAGE: Final = 200
+DEFAULT_MAX_ATTEMPTS: Final = 20
+MAX_ATTEMPTS: Final = 1000
+PRIORITY_MIN: Final = -(2**31)
+PRIORITY_MAX: Final = 2**31 - 1
+MIN_LEASE: Final = timedelta(milliseconds=1)
+MAX_LEASE: Final = timedelta(days=7)
+MAX_DELAY: Final = timedelta(days=36_500)
+MAX_SPREAD: Final = timedelta(hours=1)
