@@ -41,7 +41,6 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
-from cronsim import CronSim, CronSimError
 
 from jobcore import validate as v
 from jobcore.clock import to_millis, utc
@@ -272,6 +271,8 @@ class Cron(Trigger):
                 f"cron expression {expr!r:.80} has {len(parts)} fields, not 5",
                 "write minute hour day-of-month month day-of-week, e.g. '30 2 * * *', or @daily/@hourly",
             )
+        from cronsim import CronSim, CronSimError  # noqa: PLC0415 - only a cron schedule pays for the cron library
+
         try:
             probe = CronSim(fields, _PROBE)
             first = next(probe, None)
@@ -292,6 +293,8 @@ class Cron(Trigger):
 
     def after(self, instant: datetime) -> Iterator[datetime]:
         """The occurrences strictly after ``instant`` (see the module docstring for DST)."""
+        from cronsim import CronSim  # noqa: PLC0415 - only a cron schedule pays for the cron library
+
         instant = to_millis(instant)
         last = instant
         if self._hourly:

@@ -87,10 +87,10 @@ def test_worker_command_drains_on_sigterm(jobs_file: Path) -> None:
 def test_worker_command_refuses_to_run_without_a_url(
     jobs_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No --url and no JOBCORE_URL exits 2 with code, cause and fix."""
+    """No --url and no JOBCORE_URL exits 5 with JC_NO_DRIVER, cause and fix, like every other command."""
     monkeypatch.delenv("JOBCORE_URL", raising=False)
-    assert main(["worker", str(jobs_file)]) == 2
-    assert "JC_URL_INVALID" in capsys.readouterr().err
+    assert main(["worker", str(jobs_file)]) == 5
+    assert "JC_NO_DRIVER" in capsys.readouterr().err
 
 
 def test_worker_command_refuses_a_missing_or_empty_module(

@@ -70,3 +70,25 @@ def test_every_public_name_still_imports_from_jobcore() -> None:
     assert (jobcore.JobContext, jobcore.JobHandle, jobcore.Registry) == (JobContext, JobHandle, Registry)
     with pytest.raises(AttributeError, match="no attribute 'Wroker'"):
         _ = jobcore.Wroker  # type: ignore[attr-defined]
+
+
+def test_a_web_process_that_declares_jobs_and_enqueues_loads_no_worker_scheduler_or_cron() -> None:
+    """``@job`` plus ``handle.enqueue`` is what an application's web process does: no cron library, no worker."""
+    answer = _fresh(
+        "import jobcore\n"
+        "jobcore.set_job_driver(jobcore.connect('memory://'))\n"
+        "@jobcore.job(name='mail.send', queue='mail')\n"
+        "def send(payload):\n"
+        "    return payload\n"
+        "out = send.enqueue({'to': 'a@example.test'}).state.value"
+    )
+    assert answer["out"] == "ready"
+    heavy = set(answer["heavy"])  # type: ignore[arg-type]
+    assert heavy <= {"jobcore.registry", "jobcore.schedules", "asyncio"}, heavy
+    assert not heavy & {"cronsim", "jobcore.worker", "jobcore.scheduler"}
+
+
+def test_a_cron_schedule_loads_the_cron_library_when_declared() -> None:
+    answer = _fresh("from jobcore import cron\nout = cron('*/5 * * * *').expr")
+    assert answer["out"] == "*/5 * * * *"
+    assert "cronsim" in answer["heavy"]

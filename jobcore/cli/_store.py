@@ -19,7 +19,7 @@ from typing import Any
 
 from jobcore.current import connect
 from jobcore.driver import JobDriver
-from jobcore.errors import JobcoreError, NoDriver, SchemaOutdated
+from jobcore.errors import NoDriver, SchemaOutdated
 
 __all__ = [
     "ENV_URL", "URL_HELP", "add_migrate_option", "add_url_option", "common_options", "open_store", "prepare_schema",
@@ -56,14 +56,12 @@ def open_store(
     args: argparse.Namespace,
     *,
     default: str | None = None,
-    missing: type[JobcoreError] = NoDriver,
     options: Callable[[str], dict[str, Any]] | None = None,
 ) -> Iterator[JobDriver]:
     """The driver for this command: the one handed to ``main`` in-process, else one connected from
     :func:`store_url` (``options(url)`` are extra driver options) and closed on the way out.
 
-    No URL at all is refused with ``missing`` (``JC_NO_DRIVER``, exit 5; ``jobcore worker``
-    keeps its documented ``JC_URL_INVALID``, exit 2).
+    No URL at all is refused with ``JC_NO_DRIVER`` (exit 5), the same for every command.
     """
     given: JobDriver | None = getattr(args, "driver", None)
     if given is not None:
@@ -71,7 +69,7 @@ def open_store(
         return
     url = store_url(args, default)
     if not url:
-        raise missing(
+        raise NoDriver(
             f"no driver URL: neither --url nor {ENV_URL} is set",
             f"pass --url postgresql://user@host/db (or mongodb://host/db, memory://), or export {ENV_URL}",
         )

@@ -27,7 +27,7 @@ from jobcore import validate as v
 from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
 from jobcore.cli._store import add_migrate_option, add_url_option, open_store, prepare_schema
 from jobcore.current import set_job_driver
-from jobcore.errors import ClaimQueuesEmpty, ConfigurationError, UrlInvalid
+from jobcore.errors import ClaimQueuesEmpty, ConfigurationError
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, Worker
@@ -142,7 +142,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         )
     if args.driver is not None and args.connections is not None:
         v.check_int(args.connections, "--connections", 1, 1000)
-    with open_store(args, missing=UrlInvalid, options=lambda url: connection_budget(url, args.connections)) as driver:
+    with open_store(args, options=lambda url: connection_budget(url, args.connections)) as driver:
         prepare_schema(driver, migrate=args.migrate, what="worker")
         queues = queues_given or ",".join(sorted(default_registry.queues()))
         worker = Worker(
