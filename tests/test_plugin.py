@@ -1,8 +1,8 @@
 """A third-party driver package runs the parity suite with a few lines of configuration.
 
-Each test writes a tiny outside driver module into a temporary directory (a subclass
-of the memory driver standing in for a driver published elsewhere, plus a
-context-manager factory) and runs ``pytest -p jobcore.parity.plugin --pyargs
+Each test writes an outside driver into a temporary directory (the plain driver of
+tests/third_party/minimal_driver.py, which implements only the backend protocols,
+plus a context-manager factory) and runs ``pytest -p jobcore.parity.plugin --pyargs
 jobcore.parity`` on it in a separate process, exactly as that package's CI would.
 """
 
@@ -16,23 +16,24 @@ import pytest
 pytest_plugins = ["pytester"]
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "parity_tests"
+MINIMAL_DRIVER = Path(__file__).with_name("third_party") / "minimal_driver.py"
 
 THIRD_PARTY_DRIVER = '''
-"""A driver published outside jobcore (stood in for by a MemoryDriver subclass)."""
+"""A driver published outside jobcore: the minimal driver, copied beside this module."""
 
 import contextlib
 from pathlib import Path
 
-from jobcore.drivers.memory import MemoryDriver
+from minimal_driver import MinimalDriver
 
 MADE = Path(__file__).with_name("made.txt")
 
 
-class ThirdPartyDriver(MemoryDriver):
+class ThirdPartyDriver(MinimalDriver):
     """The outside driver under test."""
 
 
-class ForgetfulDriver(MemoryDriver):
+class ForgetfulDriver(MinimalDriver):
     """A broken outside driver: it never reports duplicates (breaks E02)."""
 
     def enqueue(self, name, payload=None, **options):
@@ -84,7 +85,7 @@ def _scenarios(*rules: str) -> list[str]:
 def outside(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A temporary project holding the third-party driver module."""
     monkeypatch.delenv("JOBCORE_TEST_DRIVERS", raising=False)  # tox sets it for jobcore's own run
-    pytester.makepyfile(third_party_driver=THIRD_PARTY_DRIVER)
+    pytester.makepyfile(third_party_driver=THIRD_PARTY_DRIVER, minimal_driver=MINIMAL_DRIVER.read_text("utf-8"))
     return pytester
 
 

@@ -219,7 +219,8 @@ class MinimalJobs:
                 row.attempt += 1
                 row.attempted_at = now
                 job = row.job()
-                claimed.append(Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=worker_id, claim_no=job.claim_no)))
+                token = ClaimToken(job_id=job.id, worker_id=worker_id, claim_no=job.claim_no)
+                claimed.append(Claimed(job=job, token=token))
             return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
     def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
