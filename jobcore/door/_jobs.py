@@ -139,17 +139,17 @@ class FrontDoor:
         self._backend = jobs
         self.clock = jobs.clock
         self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
-        self._capabilities: frozenset[str] | None = None
+        self._capabilities_given: frozenset[str] | None = None
 
     @property
     def capabilities(self) -> frozenset[str]:
         """What the backend offers (:data:`jobcore.driver.CAPABILITIES`), unless set on the driver."""
-        given = self._capabilities
+        given = self._capabilities_given
         return self._backend.capabilities if given is None else given
 
     @capabilities.setter
     def capabilities(self, value: Iterable[str]) -> None:
-        self._capabilities = frozenset(value)
+        self._capabilities_given = frozenset(value)
 
     # -- enqueue -----------------------------------------------------------------------
 
