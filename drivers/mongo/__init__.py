@@ -70,7 +70,7 @@ from jobcore.clock import Clock, StoreClock, to_millis, utc
 from jobcore.door import FrontDoor
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
-from jobcore.records import Job, JobState, Migration
+from jobcore.records import Job, Migration
 
 from . import _docs as d
 from ._errors import Bounds, translated
@@ -84,7 +84,6 @@ __all__ = ["DEFAULT_POOL_MAX", "MongoDriver", "capabilities_of"]
 
 
 Doc = dict[str, Any]
-READY, SCHEDULED, RUNNING = JobState.READY.value, JobState.SCHEDULED.value, JobState.RUNNING.value
 _CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
 DEFAULT_CALL_TIMEOUT = 10.0
 """Seconds one driver call may take by default (F07)."""
