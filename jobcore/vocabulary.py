@@ -36,6 +36,7 @@ __all__ = [
     "LEASE_EXPIRED",
     "LEASE_EXPIRED_TEXT",
     "LEASE_LAPSED_FINAL",
+    "LEASE_LAPSED_FINAL_TEMPLATE",
     "LIVE_STATES",
     "MAX_ATTEMPTS",
     "MAX_BULK_ROWS",
@@ -109,11 +110,15 @@ LEASE_LAPSED_FINAL: Final = "LeaseLapsedFinalAttempt"
 """Type of the entry a burial records (C08)."""
 CANCELLED_ENTRY: Final = "Cancelled"
 """Type of the entry ``cancel`` records, with the caller's reason as its message (O01)."""
+LEASE_LAPSED_FINAL_TEMPLATE: Final = (
+    "lease lapsed on the final attempt ({attempt} of {max_attempts}); the worker likely crashed"
+)
+"""The burial entry's message with its two fields; SQL and Mongo build their expressions from it."""
 
 
 def lease_lapsed_final_text(attempt: int, max_attempts: int) -> str:
     """The burial entry's message (C08); SQL and Mongo build the same text from the row."""
-    return f"lease lapsed on the final attempt ({attempt} of {max_attempts}); the worker likely crashed"
+    return LEASE_LAPSED_FINAL_TEMPLATE.format(attempt=attempt, max_attempts=max_attempts)
 
 
 # -- limits (the same for every driver; listed in docs/rules.md) -------------------------
