@@ -429,6 +429,15 @@ class StoreTimedJob:
             return now, JobState.READY  # the common case: due at once
         return due, JobState.SCHEDULED if due > now else JobState.READY
 
+    def resolve(self, now: datetime) -> NewJob:
+        """The :class:`NewJob` this is once the store decided its due time and state on ``now``
+        (its clock's reading, to the millisecond): for a driver that stores resolved jobs."""
+        run_at, state = self.due(now)
+        return NewJob(
+            name=self.name, queue=self.queue, payload=self.payload, priority=self.priority, run_at=run_at,
+            max_attempts=self.max_attempts, key=self.key, state=state,
+        )
+
 
 _SPEC_FIELDS = frozenset(f.name for f in attrs.fields(JobSpec))
 _MS = timedelta(milliseconds=1)

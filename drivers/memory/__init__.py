@@ -25,6 +25,7 @@ from typing import Any, Literal, overload
 
 from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
+from jobcore.door import LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
     JobDuplicate,
@@ -63,6 +64,7 @@ from jobcore.vocabulary import (
     lease_lapsed_final_text,
 )
 
+from ._leases import MemoryLeases
 from ._schedules import MemorySchedules
 
 __all__ = ["MemoryDriver"]
@@ -165,9 +167,9 @@ class MemoryDriver:
         self._later: dict[str, list[tuple[datetime, int]]] = {}
         self._leases: dict[str, list[tuple[datetime, int, int]]] = {}
         self._subscribers: list[tuple[frozenset[str], Callable[[str], None]]] = []
-        self.leases = _MemoryLeases(self)
+        self.leases = LeasesDoor(MemoryLeases(self))
         self.introspect = _MemoryIntrospector(self)
-        self.schedules = MemorySchedules(self)
+        self.schedules = SchedulesDoor(MemorySchedules(self), default_max_attempts=self._default_max_attempts)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryDriver:
@@ -488,44 +490,6 @@ def _seq_of(job_id: object) -> int | None:
     if not isinstance(job_id, str) or not (job_id.isascii() and job_id.isdigit()) or len(job_id) > 19:
         return None
     return int(job_id) if job_id == str(int(job_id)) else None
-
-
-class _MemoryLeases:
-    """Counted slots with expiry (rules K)."""
-
-    def __init__(self, driver: MemoryDriver) -> None:
-        self._driver = driver
-        self._slots: dict[str, dict[str, datetime]] = {}
-
-    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        count = v.check_int(limit, "limit", 1, 1_000_000)
-        span = v.check_lease(ttl, "ttl")
-        with self._driver._lock:
-            now = self._driver._now()
-            slots = self._slots.setdefault(key, {})
-            for name in [h for h, expires in slots.items() if expires <= now]:
-                del slots[name]
-            if holder not in slots and len(slots) >= count:
-                return False
-            slots[holder] = to_millis(now + span)
-            return True
-
-    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        span = v.check_lease(ttl, "ttl")
-        with self._driver._lock:
-            now = self._driver._now()
-            slots = self._slots.get(key, {})
-            if slots.get(holder, now) <= now:
-                return False
-            slots[holder] = to_millis(now + span)
-            return True
-
-    def release(self, key: str, holder: str) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        with self._driver._lock:
-            return self._slots.get(key, {}).pop(holder, None) is not None
 
 
 class _MemoryIntrospector:

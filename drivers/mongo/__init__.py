@@ -69,6 +69,7 @@ from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
+from jobcore.door import LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
@@ -172,9 +173,11 @@ class MongoDriver:
         self._ready = False
         self._lock = threading.Lock()
         self._hub: Hub | None = None
-        self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
+        self.leases = LeasesDoor(MongoLeases(self, db[f"{collection_prefix}leases"]))
         self.introspect = MongoIntrospector(self, self._jobs)
-        self.schedules = MongoSchedules(self, db[f"{collection_prefix}schedules"])
+        self.schedules = SchedulesDoor(
+            MongoSchedules(self, db[f"{collection_prefix}schedules"]), default_max_attempts=self._default_max_attempts,
+        )
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoDriver:
