@@ -66,8 +66,6 @@ class LeasesBackend(Protocol):
 class LeasesDoor:
     """``driver.leases``: the checked :class:`~jobcore.driver.LeaseStore` over a :class:`LeasesBackend`."""
 
-    __slots__ = ("_backend",)
-
     def __init__(self, backend: LeasesBackend) -> None:
         self._backend = backend
 

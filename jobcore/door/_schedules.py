@@ -115,8 +115,6 @@ class SchedulesDoor:
     ``max_attempts`` (as ``enqueue`` gives it).
     """
 
-    __slots__ = ("_backend", "_default_max_attempts")
-
     def __init__(self, backend: SchedulesBackend, *, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self._backend = backend
         self._default_max_attempts = default_max_attempts
