@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -159,48 +159,32 @@ def _schedule_args_checked(verb: str, args: dict[str, Any]) -> bool:
     return ok
 
 
-LEASE_PARAMS = [(verb, p) for verb, call in LEASE_CALLS.items() for p in call]
-SCHEDULE_PARAMS = [(verb, p) for verb, call in SCHEDULE_CALLS.items() for p in call]
+DOORS: dict[str, tuple[Callable[[], Any], Callable[[Any], Any], dict[str, dict[str, Any]], Callable[..., bool]]] = {
+    "leases": (RecordingLeases, LeasesDoor, LEASE_CALLS, _lease_args_checked),
+    "schedules": (RecordingSchedules, SchedulesDoor, SCHEDULE_CALLS, _schedule_args_checked),
+}
+"""Per store: its recording backend, its door, a valid call per verb, and the check of what reached the backend."""
+PARAMS = [(store, verb, p) for store, door in DOORS.items() for verb, call in door[2].items() for p in call]
 
 
-@pytest.mark.parametrize(("verb", "parameter"), LEASE_PARAMS, ids=[f"{m}-{p}" for m, p in LEASE_PARAMS])
+@pytest.mark.parametrize(("store", "verb", "parameter"), PARAMS, ids=["-".join(p) for p in PARAMS])
 @JUNK_SETTINGS
 @given(value=junk)
-def test_K01_K03_lease_junk_is_refused_by_the_door_and_never_reaches_the_backend(
-    verb: str, parameter: str, value: Any
+def test_K01_K03_P01_P04_junk_is_refused_by_the_door_and_never_reaches_the_backend(
+    store: str, verb: str, parameter: str, value: Any
 ) -> None:
-    """Junk in any lease argument: a coded refusal and no backend call, or a call with checked values."""
-    backend = RecordingLeases()
-    door = LeasesDoor(backend)
-    where = f"leases.{verb}({parameter}={value!r:.60})"
+    """Junk in any lease or schedule argument: a coded refusal and no backend call, or a call with checked values."""
+    recording, door, calls, checked = DOORS[store]
+    backend = recording()
+    where = f"{store}.{verb}({parameter}={value!r:.60})"
     try:
-        getattr(door, verb)(**{**LEASE_CALLS[verb], parameter: value})
+        getattr(door(backend), verb)(**{**calls[verb], parameter: value})
     except Exception as exc:  # the point: whatever comes out is classified
         _coded(exc, where)
         assert backend.calls == [], f"{where} was refused but reached the backend"
     else:
         assert len(backend.calls) == 1
-        assert _lease_args_checked(*backend.calls[0]), f"{where} reached the backend unchecked: {backend.calls}"
-
-
-@pytest.mark.parametrize(("verb", "parameter"), SCHEDULE_PARAMS, ids=[f"{m}-{p}" for m, p in SCHEDULE_PARAMS])
-@JUNK_SETTINGS
-@given(value=junk)
-def test_P01_P04_schedule_junk_is_refused_by_the_door_and_never_reaches_the_backend(
-    verb: str, parameter: str, value: Any
-) -> None:
-    """Junk in any schedule argument: a coded refusal and no backend call, or a call with checked values."""
-    backend = RecordingSchedules()
-    door = SchedulesDoor(backend)
-    where = f"schedules.{verb}({parameter}={value!r:.60})"
-    try:
-        getattr(door, verb)(**{**SCHEDULE_CALLS[verb], parameter: value})
-    except Exception as exc:  # the point: whatever comes out is classified
-        _coded(exc, where)
-        assert backend.calls == [], f"{where} was refused but reached the backend"
-    else:
-        assert len(backend.calls) == 1
-        assert _schedule_args_checked(*backend.calls[0]), f"{where} reached the backend unchecked: {backend.calls}"
+        assert checked(*backend.calls[0]), f"{where} reached the backend unchecked: {backend.calls}"
 
 
 @pytest.mark.parametrize(
