@@ -96,6 +96,8 @@ class LeaseStore(Protocol):
     """Fleet-wide counted slots with expiry, for job concurrency limits (rules K).
 
     A slot is ``(key, holder)`` with an expiry time; ``limit`` slots may be live per key.
+    ``driver.leases`` is a :class:`jobcore.door.LeasesDoor`, which checks the arguments
+    and calls the driver's :class:`jobcore.door.LeasesBackend`.
     """
 
     def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
@@ -104,8 +106,8 @@ class LeaseStore(Protocol):
         Succeeds while fewer than ``limit`` unexpired slots of ``key`` exist; expired
         slots do not count (and may be deleted). If ``holder`` already holds an
         unexpired slot of ``key``, its expiry moves to ``now + ttl`` and the answer is
-        ``True`` (idempotent). ``limit`` is an int >= 1 and ``ttl`` a positive finite
-        duration, else refused (``JC_OPTION_INVALID``).
+        ``True`` (idempotent). ``limit`` is an int from 1 to ``MAX_LEASE_SLOTS`` and ``ttl``
+        a duration from ``MIN_LEASE`` to ``MAX_LEASE``, else refused (``JC_OPTION_INVALID``).
         """
         ...
 
@@ -288,6 +290,8 @@ class ScheduleStore(Protocol):
     :mod:`jobcore.schedules`' work, the same on every driver. The store's job is to
     make each occurrence fire at most once however many schedulers race (P01): the
     watermark moves only by compare-and-set, atomically with the job it enqueues.
+    ``driver.schedules`` is a :class:`jobcore.door.SchedulesDoor`, which checks the
+    arguments and calls the driver's :class:`jobcore.door.SchedulesBackend`.
     """
 
     def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_ERROR_TEXT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LEASE",
+    "MAX_LEASE_SLOTS",
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
@@ -151,3 +152,5 @@ MIN_LEASE: Final = timedelta(milliseconds=1)
 MAX_LEASE: Final = timedelta(days=7)
 MAX_DELAY: Final = timedelta(days=36_500)
 MAX_SPREAD: Final = timedelta(hours=1)
+MAX_LEASE_SLOTS: Final = 1_000_000
+"""Largest ``limit`` of a fleet lease key (slots live at once, K01)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from jobcore import validate as v
 from jobcore.clock import Clock, SystemClock, to_millis
-from jobcore.door import FrontDoor
+from jobcore.door import FrontDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
     JobDuplicate,
@@ -44,6 +44,7 @@ from jobcore.records import (
 from jobcore.vocabulary import CANCELLED_ENTRY
 
 from ._jobs import MemoryJobs, _Row, _seq_of
+from ._leases import MemoryLeases
 from ._schedules import MemorySchedules
 
 __all__ = ["MemoryDriver"]
@@ -70,9 +71,9 @@ class MemoryDriver(FrontDoor):
         self._now, self._schedule, self._insert = store._now, store._schedule, store._insert
         self._finish, self._error, self._lapsed = store._finish, store._error, store._lapsed
         self._bury, self._release_lapsed, self._wake = store._bury, store._release_lapsed, store._wake
-        self.leases = _MemoryLeases(self)
+        self.leases = LeasesDoor(MemoryLeases(self))
         self.introspect = _MemoryIntrospector(self)
-        self.schedules = MemorySchedules(self)
+        self.schedules = SchedulesDoor(MemorySchedules(self), default_max_attempts=self._default_max_attempts)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryDriver:
@@ -83,44 +84,6 @@ class MemoryDriver(FrontDoor):
 
     def __repr__(self) -> str:
         return f"MemoryDriver(jobs={len(self._rows)}, clock={self.clock!r})"
-
-
-class _MemoryLeases:
-    """Counted slots with expiry (rules K)."""
-
-    def __init__(self, driver: MemoryDriver) -> None:
-        self._driver = driver
-        self._slots: dict[str, dict[str, datetime]] = {}
-
-    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        count = v.check_int(limit, "limit", 1, 1_000_000)
-        span = v.check_lease(ttl, "ttl")
-        with self._driver._lock:
-            now = self._driver._now()
-            slots = self._slots.setdefault(key, {})
-            for name in [h for h, expires in slots.items() if expires <= now]:
-                del slots[name]
-            if holder not in slots and len(slots) >= count:
-                return False
-            slots[holder] = to_millis(now + span)
-            return True
-
-    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        span = v.check_lease(ttl, "ttl")
-        with self._driver._lock:
-            now = self._driver._now()
-            slots = self._slots.get(key, {})
-            if slots.get(holder, now) <= now:
-                return False
-            slots[holder] = to_millis(now + span)
-            return True
-
-    def release(self, key: str, holder: str) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        with self._driver._lock:
-            return self._slots.get(key, {}).pop(holder, None) is not None
 
 
 class _MemoryIntrospector:

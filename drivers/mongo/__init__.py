@@ -67,7 +67,7 @@ from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
-from jobcore.door import FrontDoor
+from jobcore.door import FrontDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Job, Migration
@@ -172,9 +172,11 @@ class MongoDriver(FrontDoor):
         jobs = MongoJobs(self)
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._bury = jobs._bury  # the introspector's rescue buries as a claim does
-        self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
+        self.leases = LeasesDoor(MongoLeases(self, db[f"{collection_prefix}leases"]))
         self.introspect = MongoIntrospector(self, self._jobs)
-        self.schedules = MongoSchedules(self, db[f"{collection_prefix}schedules"])
+        self.schedules = SchedulesDoor(
+            MongoSchedules(self, db[f"{collection_prefix}schedules"]), default_max_attempts=self._default_max_attempts,
+        )
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoDriver:

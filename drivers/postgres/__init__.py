@@ -57,7 +57,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
-from jobcore.door import FrontDoor
+from jobcore.door import FrontDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
     BackendAuthFailed,
@@ -72,8 +72,9 @@ from jobcore.records import Job, Migration
 
 from . import _schema
 from ._errors import origin, route_pool_logging, translate, translated
-from ._introspect import PostgresIntrospector, PostgresLeases
+from ._introspect import PostgresIntrospector
 from ._jobs import PostgresJobs
+from ._leases import PostgresLeases
 from ._notify import Listener, channel_for
 from ._pool import (
     CLOCK_READ_TIMEOUT,
@@ -271,9 +272,9 @@ class PostgresDriver(FrontDoor):
         self._schema_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._closed = False
-        self.leases = PostgresLeases(self)
+        self.leases = LeasesDoor(PostgresLeases(self))
         self.introspect = PostgresIntrospector(self)
-        self.schedules = PostgresSchedules(self)
+        self.schedules = SchedulesDoor(PostgresSchedules(self), default_max_attempts=self._default_max_attempts)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresDriver:

@@ -9,7 +9,6 @@ own state guard in the write, and count what a second call could still move.
 from __future__ import annotations
 
 import builtins
-import zlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,7 @@ from ._rows import EPOCH, filter_params, job_from_row, parse_id
 if TYPE_CHECKING:
     from . import PostgresDriver
 
-__all__ = ["PostgresIntrospector", "PostgresLeases"]
+__all__ = ["PostgresIntrospector"]
 
 _ALL = frozenset(JobState)
 _MS = timedelta(milliseconds=1)
@@ -246,38 +245,3 @@ class PostgresIntrospector:
             **params, "limit": size, "now": self._d._now(), "channel": self._d.channel,
         })[0]
         return BulkResult(affected=row[0], remaining=max(0, row[1] - row[0]))
-
-
-class PostgresLeases:
-    """Counted slots with expiry (rules K), one row per held slot."""
-
-    def __init__(self, driver: PostgresDriver) -> None:
-        self._d = driver
-        # advisory-lock namespace of this schema's lease keys (a signed int4)
-        self._space = zlib.crc32(f"jobcore.leases.{driver.schema}".encode()) - 2**31
-
-    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        count = v.check_int(limit, "limit", 1, 1_000_000)
-        span = v.check_lease(ttl, "ttl")
-        q = self._d.q
-        now = self._d._now()
-        with self._d._transaction() as conn:
-            conn.execute(q.LEASE_LOCK, {"space": self._space, "key": key})
-            conn.execute(q.LEASE_PURGE, {"key": key, "now": now})
-            row = conn.execute(q.LEASE_ACQUIRE, {
-                "key": key, "holder": holder, "now": now, "ttl_ms": span // _MS, "limit": count,
-            }).fetchone()
-        return row is not None
-
-    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        span = v.check_lease(ttl, "ttl")
-        rows = self._d._fetch(self._d.q.LEASE_RENEW, {
-            "key": key, "holder": holder, "now": self._d._now(), "ttl_ms": span // _MS,
-        })
-        return bool(rows)
-
-    def release(self, key: str, holder: str) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        return bool(self._d._fetch(self._d.q.LEASE_RELEASE, {"key": key, "holder": holder}))

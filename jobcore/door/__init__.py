@@ -4,14 +4,21 @@ Every driver object (``MemoryDriver``, ``PostgresDriver``, ``MongoDriver``, a th
 one) is a :class:`FrontDoor`: the public :class:`~jobcore.driver.JobDriver` verbs run
 their argument checks, defaults, refusals and capability decisions here, once, and then
 call the driver's backend with checked values. A driver implements only the backends
-(:class:`JobsBackend` for jobs; introspection, leases and schedules have their own),
-each taking already-checked parameters and keeping the rules that need its store's
-atomicity.
+(:class:`JobsBackend` for jobs, :class:`IntrospectBackend`, :class:`LeasesBackend` and
+:class:`SchedulesBackend`), each taking already-checked parameters and keeping the rules
+that need its store's atomicity; ``driver.introspect``, ``driver.leases`` and
+``driver.schedules`` are the doors over the last three.
 """
 
 from jobcore.door._jobs import FrontDoor, JobsBackend
+from jobcore.door._leases import LeasesBackend, LeasesDoor
+from jobcore.door._schedules import SchedulesBackend, SchedulesDoor
 
 __all__ = [
     "FrontDoor",
     "JobsBackend",
+    "LeasesBackend",
+    "LeasesDoor",
+    "SchedulesBackend",
+    "SchedulesDoor",
 ]
