@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from jobcore import validate as v
-from jobcore.clock import Clock, SystemClock, to_millis
+from jobcore.clock import Clock, SystemClock
 from jobcore.door import FrontDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
