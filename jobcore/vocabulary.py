@@ -14,6 +14,7 @@ from typing import Final
 import attrs
 
 from jobcore.errors import (
+    JobDuplicate,
     JobNotFound,
     JobNotPromotable,
     JobNotRemovable,
@@ -26,6 +27,7 @@ from jobcore.records import FINISHED_STATES, LIVE_STATES, JobState
 __all__ = [
     "ALL_STATES",
     "CANCELLED_ENTRY",
+    "CANCELLED_TEXT",
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_PAGE",
@@ -54,8 +56,12 @@ __all__ = [
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "Guard",
+    "key_held",
+    "kept_changing",
     "lease_lapsed_final_text",
     "not_found",
+    "refused",
+    "takes",
 ]
 
 # -- states ----------------------------------------------------------------------------
@@ -98,6 +104,42 @@ GUARDS: Final[dict[str, Guard]] = {
 def not_found(job_id: object) -> JobNotFound:
     """The one refusal for an id no job has (O02-O04)."""
     return JobNotFound(f"no job has id {job_id!r:.60}")
+
+
+def takes(states: frozenset[JobState]) -> str:
+    """How a refusal names a guard's states: ``finished``, ``live``, ``scheduled``, ``non-running``."""
+    if states == FINISHED_STATES:
+        return "finished"
+    if states == LIVE_STATES:
+        return "live"
+    if len(states) == 1:
+        return next(iter(states)).value
+    rest = ALL_STATES - states
+    if len(rest) == 1:
+        return f"non-{next(iter(rest)).value}"
+    return " or ".join(s.value for s in JobState if s in states)
+
+
+def refused(verb: str, job_id: object, state: JobState) -> JobStateConflict:
+    """The refusal of operator ``verb`` for a job found in ``state`` (O02-O04, S05): one wording, every driver."""
+    guard = GUARDS[verb]
+    refusal = guard.refusal or JobStateConflict
+    return refusal(f"job {job_id!s:.60} is {JobState(state).value}; {verb} takes only {takes(guard.states)} jobs")
+
+
+def key_held(job_id: object, key: str | None, holder: str | None) -> JobDuplicate:
+    """``requeue``'s refusal when a live job of the same name holds the job's key (O02, E02)."""
+    by = "another live job" if holder is None else f"live job {holder}"
+    return JobDuplicate(f"job {job_id!s:.60}'s key {key!r:.60} is held by {by}")
+
+
+def kept_changing(job_id: object, verb: str) -> JobStateConflict:
+    """A single-job verb that lost every retry to concurrent writers (the caller may simply retry)."""
+    return JobStateConflict(f"job {job_id!s:.60} kept changing while being {GUARDS[verb].past}", f"retry the {verb}")
+
+
+CANCELLED_TEXT: Final = "cancelled by an operator"
+"""The ``Cancelled`` entry's message when ``cancel`` is given no reason (O01)."""
 
 
 # -- error-history entries a store writes itself ----------------------------------------
