@@ -58,6 +58,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
+from jobcore.door import IntrospectDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
     BackendAuthFailed,
@@ -73,7 +74,7 @@ from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Mig
 
 from . import _schema
 from ._errors import origin, route_pool_logging, translate, translated
-from ._introspect import PostgresIntrospector, PostgresLeases
+from ._introspect import PostgresIntrospect, PostgresLeases
 from ._notify import Listener, channel_for
 from ._pool import (
     CLOCK_READ_TIMEOUT,
@@ -342,7 +343,7 @@ class PostgresDriver:
         self._listeners: list[Listener] = []
         self._closed = False
         self.leases = PostgresLeases(self)
-        self.introspect = PostgresIntrospector(self)
+        self.introspect = IntrospectDoor(PostgresIntrospect(self))
         self.schedules = PostgresSchedules(self)
 
     @classmethod
