@@ -110,7 +110,7 @@ class MemorySchedules:
 
     def _live(self, job_id: str | None) -> bool:
         """Whether ``job_id`` names a job still live (P03); call with the lock held."""
-        row = None if job_id is None else self._d.introspect._row(job_id)
+        row = None if job_id is None else self._d._rows.get(int(job_id))  # ids it stores are str(seq)
         return row is not None and row.state in LIVE_STATES
 
     def pause(self, name: str) -> Schedule | None:

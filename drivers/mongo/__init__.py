@@ -69,6 +69,7 @@ from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
+from jobcore.door import IntrospectDoor
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
@@ -76,7 +77,7 @@ from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_F
 
 from . import _docs as d
 from ._errors import Bounds, translated
-from ._introspect import MongoIntrospector
+from ._introspect import MongoIntrospect
 from ._leases import MongoLeases
 from ._schedules import MongoSchedules
 from ._watch import Hub, Silent, Subscription
@@ -173,7 +174,7 @@ class MongoDriver:
         self._lock = threading.Lock()
         self._hub: Hub | None = None
         self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
-        self.introspect = MongoIntrospector(self, self._jobs)
+        self.introspect = IntrospectDoor(MongoIntrospect(self, self._jobs))
         self.schedules = MongoSchedules(self, db[f"{collection_prefix}schedules"])
 
     @classmethod
