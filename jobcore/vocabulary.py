@@ -15,6 +15,7 @@ import attrs
 
 from jobcore.errors import (
     JobDuplicate,
+    JobNotCancellable,
     JobNotFound,
     JobNotPromotable,
     JobNotRemovable,
@@ -75,12 +76,13 @@ CLAIMABLE_STATES: Final = frozenset({JobState.READY, JobState.SCHEDULED})
 class Guard:
     """Which states an operator verb moves a job out of, and the refusal for any other.
 
-    ``refusal`` is ``None`` for a verb that answers ``None`` instead of refusing (cancel).
+    ``refusal`` is the error for a job in any other state (single-job ``cancel`` answers
+    ``None`` instead; :func:`jobcore.cancel_job` and the CLI raise its refusal).
     """
 
     verb: str
     states: frozenset[JobState]
-    refusal: type[JobStateConflict] | None
+    refusal: type[JobStateConflict]
     past: str
     """The verb in the past tense, as the CLI and the dashboard report it."""
 
@@ -91,7 +93,7 @@ class Guard:
 GUARDS: Final[dict[str, Guard]] = {
     g.verb: g
     for g in (
-        Guard("cancel", frozenset(LIVE_STATES), None, "cancelled"),
+        Guard("cancel", frozenset(LIVE_STATES), JobNotCancellable, "cancelled"),
         Guard("requeue", frozenset(FINISHED_STATES), JobNotRequeueable, "requeued"),
         Guard("remove", ALL_STATES - {JobState.RUNNING}, JobNotRemovable, "removed"),
         Guard("promote", frozenset({JobState.SCHEDULED}), JobNotPromotable, "promoted"),
@@ -123,8 +125,7 @@ def takes(states: frozenset[JobState]) -> str:
 def refused(verb: str, job_id: object, state: JobState) -> JobStateConflict:
     """The refusal of operator ``verb`` for a job found in ``state`` (O02-O04, S05): one wording, every driver."""
     guard = GUARDS[verb]
-    refusal = guard.refusal or JobStateConflict
-    return refusal(f"job {job_id!s:.60} is {JobState(state).value}; {verb} takes only {takes(guard.states)} jobs")
+    return guard.refusal(f"job {job_id!s:.60} is {JobState(state).value}; {verb} takes only {takes(guard.states)} jobs")
 
 
 def key_held(job_id: object, key: str | None, holder: str | None) -> JobDuplicate:
