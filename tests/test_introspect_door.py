@@ -139,6 +139,12 @@ def _checked_shapes(method: str, args: tuple[Any, ...]) -> None:
     if method in {"get", "cancel", "requeue", "remove", "make_due"}:
         assert type(args[0]) is int, (method, args)
         assert args[0] > 0, (method, args)
+    if method in {"list_older", "list_newer", "dead_letters", "cancel_many", "requeue_many", "remove_many",
+                  "promote_many"}:
+        assert type(args[1]) is int, (method, args)
+        assert 1 <= args[1] <= vocabulary.MAX_BULK_ROWS + 1, (method, args)
+    if method == "dead_letters":
+        assert args[0] is None or isinstance(args[0], str), (method, args)
     if method in {"cancel", "cancel_many"}:
         assert isinstance(args[-1], str), (method, args)
     if method == "prune":
