@@ -1,5 +1,5 @@
 """jobcore's front door: the public verbs, checked once, over each driver's narrow backends."""
 
-from jobcore.door._introspect import IntrospectBackend, IntrospectDoor
+from jobcore.door._introspect import IntrospectBackend, IntrospectDoor, Refused, Spacing
 
-__all__ = ["IntrospectBackend", "IntrospectDoor"]
+__all__ = ["IntrospectBackend", "IntrospectDoor", "Refused", "Spacing"]
