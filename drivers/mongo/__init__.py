@@ -67,14 +67,14 @@ from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
-from jobcore.door import FrontDoor, LeasesDoor, SchedulesDoor
+from jobcore.door import FrontDoor, IntrospectDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
 from jobcore.records import Job, Migration
 
 from . import _docs as d
 from ._errors import Bounds, translated
-from ._introspect import MongoIntrospector
+from ._introspect import MongoIntrospect
 from ._jobs import MongoJobs
 from ._leases import MongoLeases
 from ._schedules import MongoSchedules
@@ -173,7 +173,7 @@ class MongoDriver(FrontDoor):
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._bury = jobs._bury  # the introspector's rescue buries as a claim does
         self.leases = LeasesDoor(MongoLeases(self, db[f"{collection_prefix}leases"]))
-        self.introspect = MongoIntrospector(self, self._jobs)
+        self.introspect = IntrospectDoor(MongoIntrospect(self, self._jobs))
         self.schedules = SchedulesDoor(
             MongoSchedules(self, db[f"{collection_prefix}schedules"]), default_max_attempts=self._default_max_attempts,
         )

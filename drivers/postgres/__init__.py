@@ -57,7 +57,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
-from jobcore.door import FrontDoor, LeasesDoor, SchedulesDoor
+from jobcore.door import FrontDoor, IntrospectDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
     BackendAuthFailed,
@@ -72,7 +72,7 @@ from jobcore.records import Job, Migration
 
 from . import _schema
 from ._errors import origin, route_pool_logging, translate, translated
-from ._introspect import PostgresIntrospector
+from ._introspect import PostgresIntrospect
 from ._jobs import PostgresJobs
 from ._leases import PostgresLeases
 from ._notify import Listener, channel_for
@@ -273,7 +273,7 @@ class PostgresDriver(FrontDoor):
         self._listeners: list[Listener] = []
         self._closed = False
         self.leases = LeasesDoor(PostgresLeases(self))
-        self.introspect = PostgresIntrospector(self)
+        self.introspect = IntrospectDoor(PostgresIntrospect(self))
         self.schedules = SchedulesDoor(PostgresSchedules(self), default_max_attempts=self._default_max_attempts)
 
     @classmethod

@@ -10,15 +10,20 @@ that need its store's atomicity; ``driver.introspect``, ``driver.leases`` and
 ``driver.schedules`` are the doors over the last three.
 """
 
+from jobcore.door._introspect import IntrospectBackend, IntrospectDoor, Refused, Spacing
 from jobcore.door._jobs import FrontDoor, JobsBackend
 from jobcore.door._leases import LeasesBackend, LeasesDoor
 from jobcore.door._schedules import SchedulesBackend, SchedulesDoor
 
 __all__ = [
     "FrontDoor",
+    "IntrospectBackend",
+    "IntrospectDoor",
     "JobsBackend",
     "LeasesBackend",
     "LeasesDoor",
+    "Refused",
     "SchedulesBackend",
     "SchedulesDoor",
+    "Spacing",
 ]

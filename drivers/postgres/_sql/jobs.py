@@ -14,6 +14,7 @@ from typing import Final
 
 from jobcore.records import JobState
 from jobcore.vocabulary import (
+    CANCELLED_ENTRY,
     CLAIMABLE_STATES,
     LEASE_EXPIRED,
     LEASE_EXPIRED_TEXT,
@@ -21,7 +22,7 @@ from jobcore.vocabulary import (
     LEASE_LAPSED_FINAL_TEMPLATE,
 )
 
-from .common import FINISHED, LIVE, NOW, NOW_MS, Sql, ms
+from .common import LIVE, NOW, NOW_MS, Sql, in_list, lit, ms
 
 __all__ = ["JOB_COLUMNS", "JobStatements"]
 
@@ -381,8 +382,17 @@ SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 
 # --- introspection and operator verbs ---------------------------------------------------
 
-# Bulk verbs (O05): ``f_states`` is already the verb's guard intersected with the filter,
-# and the UPDATE/DELETE re-checks the guard. ``remaining`` = eligible before - moved now.
+# State words come from jobcore.vocabulary: a verb's guard travels as a bind parameter
+# (``%(states)s``, or for bulk verbs ``f_states``: the guard already intersected with the
+# filter by the front door, re-checked by the UPDATE/DELETE); fixed states are literals
+# built from JobState at import time.
+_READY, _SCHEDULED, _RUNNING = lit(JobState.READY), lit(JobState.SCHEDULED), lit(JobState.RUNNING)
+_DEAD, _CANCELLED = lit(JobState.DEAD), lit(JobState.CANCELLED)
+_CANCELLED_ENTRY: Final = "'" + CANCELLED_ENTRY.replace("'", "''") + "'::text"
+_GUARD: Final = "j.state = ANY(%(states)s::text[])"
+_F_GUARD: Final = "j.state = ANY(%(f_states)s::text[])"
+
+# Bulk verbs (O05): ``remaining`` = eligible before - moved now.
 _TARGET: Final = f"target AS (SELECT j.id FROM {{jobs}} AS j WHERE {_FILTER} ORDER BY j.id LIMIT %(limit)s FOR UPDATE)"
 _ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
 
@@ -421,30 +431,30 @@ ORDER BY j.id ASC LIMIT %(limit)s
 SELECT j.queue, j.state, count(*), NULL::interval FROM {{jobs}} AS j GROUP BY j.queue, j.state
 UNION ALL
 SELECT j.queue, NULL, NULL, {NOW} - min(j.run_at) FROM {{jobs}} AS j
-WHERE j.state IN ('ready', 'scheduled') AND j.run_at <= {NOW} GROUP BY j.queue
+WHERE j.state IN {in_list(CLAIMABLE_STATES)} AND j.run_at <= {NOW} GROUP BY j.queue
 """)
     """Counts per (queue, state), then per queue the age of its oldest due job on the store's clock (O08)."""
 
     DEAD_LETTERS = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
-WHERE j.state = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+WHERE j.state = {_DEAD} AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 ORDER BY j.finished_at DESC, j.id DESC LIMIT %(limit)s
 """)
 
     RESCUE = Sql(f"""
 WITH lapsed AS (
     SELECT j.id, j.attempt >= j.max_attempts AND NOT j.held AS spent FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.lease_expires_at <= {NOW}
+    WHERE j.state = {_RUNNING} AND j.lease_expires_at <= {NOW}
     FOR UPDATE SKIP LOCKED
 ), buried AS (
     UPDATE {{jobs}} AS j SET
-        state = 'dead', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+        state = {_DEAD}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     FROM lapsed AS l WHERE j.id = l.id AND l.spent
     RETURNING 1 AS kind, {_COLS}
 ), back AS (
     UPDATE {{jobs}} AS j SET
-        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
+        state = {_READY}, worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
         errors = CASE WHEN j.held THEN j.errors ELSE {_LEASE_EXPIRED} END
     FROM lapsed AS l WHERE j.id = l.id AND NOT l.spent
     RETURNING 0 AS kind, {_COLS}
@@ -459,16 +469,16 @@ ORDER BY kind, id
 
     CANCEL = Sql(f"""
 UPDATE {{jobs}} AS j SET
-    state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
-    errors = {_entry("'Cancelled'::text", "%(message)s::text")}
-WHERE j.id = %(id)s AND j.state IN {LIVE}
+    state = {_CANCELLED}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
+    errors = {_entry(_CANCELLED_ENTRY, "%(message)s::text")}
+WHERE j.id = %(id)s AND {_GUARD}
 RETURNING {_COLS}
 """)
 
     REQUEUE = Sql(f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', attempt = 0, run_at = {NOW}, finished_at = NULL, result = NULL
-    WHERE j.id = %(id)s AND j.state IN {FINISHED}
+    UPDATE {{jobs}} AS j SET state = {_READY}, attempt = 0, run_at = {NOW}, finished_at = NULL, result = NULL
+    WHERE j.id = %(id)s AND {_GUARD}
       AND (j.key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {LIVE}))
     RETURNING {_COLS}
@@ -476,24 +486,24 @@ WITH upd AS (
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
 
-    REMOVE = Sql(f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND j.state <> 'running' RETURNING {_COLS}")
+    REMOVE = Sql(f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND {_GUARD} RETURNING {_COLS}")
 
     MAKE_DUE = Sql(f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}, attempt = LEAST(j.attempt, j.max_attempts - 1)
-    WHERE j.id = %(id)s AND j.state = %(from_state)s
+    UPDATE {{jobs}} AS j SET state = {_READY}, run_at = {NOW}, attempt = LEAST(j.attempt, j.max_attempts - 1)
+    WHERE j.id = %(id)s AND {_GUARD}
     RETURNING {_COLS}
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
-    """promote (from ``scheduled``) and resume (from ``suspended``): ready, due now, an attempt left (O04, S05)."""
+    """promote (``states``: scheduled) and resume (suspended): ready, due now, an attempt left (O04, S05)."""
 
     CANCEL_MANY = Sql(f"""
 WITH {_TARGET}, upd AS (
     UPDATE {{jobs}} AS j SET
-        state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
-        errors = {_entry("'Cancelled'::text", "%(message)s::text")}
-    FROM target AS t WHERE j.id = t.id AND j.state IN {LIVE}
+        state = {_CANCELLED}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
+        errors = {_entry(_CANCELLED_ENTRY, "%(message)s::text")}
+    FROM target AS t WHERE j.id = t.id AND {_F_GUARD}
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
@@ -501,15 +511,15 @@ SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
 
     REMOVE_MANY = Sql(f"""
 WITH {_TARGET}, del AS (
-    DELETE FROM {{jobs}} AS j USING target AS t WHERE j.id = t.id AND j.state <> 'running' RETURNING j.id
+    DELETE FROM {{jobs}} AS j USING target AS t WHERE j.id = t.id AND {_F_GUARD} RETURNING j.id
 )
 SELECT (SELECT count(*) FROM del), {_ELIGIBLE}
 """)
 
     PROMOTE_MANY = Sql(f"""
 WITH {_TARGET}, upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}
-    FROM target AS t WHERE j.id = t.id AND j.state = 'scheduled'
+    UPDATE {{jobs}} AS j SET state = {_READY}, run_at = {NOW}
+    FROM target AS t WHERE j.id = t.id AND {_F_GUARD}
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}, (SELECT n FROM woke)
@@ -520,10 +530,10 @@ SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}, (SELECT n FROM woke)
     REQUEUE_MANY_APPLY = Sql(f"""
 WITH upd AS (
     UPDATE {{jobs}} AS j SET
-        state = CASE WHEN t.offset_ms > 0 THEN 'scheduled' ELSE 'ready' END, attempt = 0,
+        state = CASE WHEN t.offset_ms > 0 THEN {_SCHEDULED} ELSE {_READY} END, attempt = 0,
         run_at = {NOW} + t.offset_ms * interval '1 millisecond', finished_at = NULL, result = NULL
     FROM unnest(%(ids)s::bigint[], %(offsets_ms)s::bigint[]) AS t(id, offset_ms)
-    WHERE j.id = t.id AND j.state IN {FINISHED}
+    WHERE j.id = t.id AND {_F_GUARD}
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), (SELECT n FROM woke)
