@@ -1,9 +1,16 @@
-"""The contract every backend keeps: the ``JobDriver`` protocol and its sub-protocols.
+"""The contract users call: the ``JobDriver`` protocol and its sub-protocols.
 
-This module is the one place the semantics are written down. Drivers (memory,
-PostgreSQL, MongoDB, third-party) implement it; ``parity_tests/`` proves each rule of
-``docs/rules.md`` against every driver; the worker runtime and the CLI use nothing but
-this interface. Rule ids (E01, C08, ...) refer to ``docs/rules.md``.
+This module is the one place the semantics are written down. Users, the worker
+runtime and the CLI use nothing but this interface; ``parity_tests/`` proves each rule
+of ``docs/rules.md`` against every driver. Rule ids (E01, C08, ...) refer to
+``docs/rules.md``.
+
+Who implements what: every driver object (memory, PostgreSQL, MongoDB, third-party) is
+a :class:`jobcore.door.FrontDoor`, which implements the job verbs below once: it runs
+every argument check, applies the defaults, refuses what the store's capabilities do
+not offer, and then calls the driver's backend (:class:`jobcore.door.JobsBackend`, a
+narrow interface taking already-checked values). A driver writes backends, not these
+verbs.
 
 Conventions for every method:
 
@@ -66,7 +73,14 @@ CAPABILITIES = {
     "ack_landed_only": "ack_many(items, landed_only=True) answers True/False per item, reading no job back",
     "deferred_start": "claim(..., start=False) holds jobs unstarted and start(tokens) starts them (F04)",
 }
-"""Capabilities a driver may declare in ``capabilities``; scenarios skip by these."""
+"""Capabilities a driver may declare in ``capabilities``; scenarios skip by these.
+
+Callers (the worker) decide by these names alone, never by a method's signature. The
+front door offers ``ack_many(..., landed_only=True)`` on every driver (answered from
+full acks where the store lacks ``ack_landed_only``, so it is no faster there), and
+refuses with ``JC_NOT_SUPPORTED``, writing nothing: ``claim(start=False)`` and ``start``
+without ``deferred_start``, a transaction handle (``connection=``, ``session=``) without
+``transactional_enqueue``."""
 
 
 class Subscription(Protocol):
@@ -82,6 +96,8 @@ class LeaseStore(Protocol):
     """Fleet-wide counted slots with expiry, for job concurrency limits (rules K).
 
     A slot is ``(key, holder)`` with an expiry time; ``limit`` slots may be live per key.
+    ``driver.leases`` is a :class:`jobcore.door.LeasesDoor`, which checks the arguments
+    and calls the driver's :class:`jobcore.door.LeasesBackend`.
     """
 
     def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
@@ -90,8 +106,8 @@ class LeaseStore(Protocol):
         Succeeds while fewer than ``limit`` unexpired slots of ``key`` exist; expired
         slots do not count (and may be deleted). If ``holder`` already holds an
         unexpired slot of ``key``, its expiry moves to ``now + ttl`` and the answer is
-        ``True`` (idempotent). ``limit`` is an int >= 1 and ``ttl`` a positive finite
-        duration, else refused (``JC_OPTION_INVALID``).
+        ``True`` (idempotent). ``limit`` is an int from 1 to ``MAX_LEASE_SLOTS`` and ``ttl``
+        a duration from ``MIN_LEASE`` to ``MAX_LEASE``, else refused (``JC_OPTION_INVALID``).
         """
         ...
 
@@ -274,6 +290,8 @@ class ScheduleStore(Protocol):
     :mod:`jobcore.schedules`' work, the same on every driver. The store's job is to
     make each occurrence fire at most once however many schedulers race (P01): the
     watermark moves only by compare-and-set, atomically with the job it enqueues.
+    ``driver.schedules`` is a :class:`jobcore.door.SchedulesDoor`, which checks the
+    arguments and calls the driver's :class:`jobcore.door.SchedulesBackend`.
     """
 
     def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
@@ -345,7 +363,8 @@ class ScheduleStore(Protocol):
 
 
 class LandedAcks(Protocol):
-    """``ack_many`` as a driver declaring the ``ack_landed_only`` capability offers it.
+    """``ack_many`` with ``landed_only``: every front door takes it; a driver declaring the
+    ``ack_landed_only`` capability answers it without reading jobs back.
 
     With ``landed_only=True`` the batch is settled exactly as without it (S07: each item
     fenced on its own token, a repeated token landing once, a bad item refusing the whole
@@ -506,7 +525,8 @@ class JobDriver(Protocol):
         duration (C09).
 
         A driver declaring ``deferred_start`` also takes ``start=False``, handing the jobs
-        out held (see :class:`DeferredStart`). Steps 1 and 2 above concern started
+        out held (see :class:`DeferredStart`); without it ``start=False`` is refused
+        (``JC_NOT_SUPPORTED``) and nothing is written. Steps 1 and 2 above concern started
         attempts; a lapsed held job is claimable again as it was, at no cost (F04).
         """
         ...
@@ -537,8 +557,8 @@ class JobDriver(Protocol):
         Each item is fenced on its own token; answers come back in input order. A
         result that is not storable refuses the whole batch before anything is written.
 
-        A driver declaring the ``ack_landed_only`` capability also takes
-        ``landed_only=True`` (see :class:`LandedAcks`).
+        ``landed_only=True`` answers ``True``/``False`` per item instead of jobs (see
+        :class:`LandedAcks`); only a driver declaring ``ack_landed_only`` saves the reads.
         """
         ...
 

@@ -48,6 +48,7 @@ from jobcore.vocabulary import (  # the limits, re-exported: drivers and checks 
     MAX_ERROR_TEXT_BYTES,
     MAX_JSON_DEPTH,
     MAX_LEASE,
+    MAX_LEASE_SLOTS,
     MAX_NAME_LENGTH,
     MAX_PAGE,
     MAX_PAYLOAD_BYTES,
@@ -71,6 +72,7 @@ __all__ = [
     "MAX_ERROR_TEXT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LEASE",
+    "MAX_LEASE_SLOTS",
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
@@ -428,6 +430,15 @@ class StoreTimedJob:
         else:
             return now, JobState.READY  # the common case: due at once
         return due, JobState.SCHEDULED if due > now else JobState.READY
+
+    def resolve(self, now: datetime) -> NewJob:
+        """The :class:`NewJob` this is once the store decided its due time and state on ``now``
+        (its clock's reading, to the millisecond): for a driver that stores resolved jobs."""
+        run_at, state = self.due(now)
+        return NewJob(
+            name=self.name, queue=self.queue, payload=self.payload, priority=self.priority, run_at=run_at,
+            max_attempts=self.max_attempts, key=self.key, state=state,
+        )
 
 
 _SPEC_FIELDS = frozenset(f.name for f in attrs.fields(JobSpec))

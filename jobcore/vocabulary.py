@@ -14,6 +14,8 @@ from typing import Final
 import attrs
 
 from jobcore.errors import (
+    JobDuplicate,
+    JobNotCancellable,
     JobNotFound,
     JobNotPromotable,
     JobNotRemovable,
@@ -26,6 +28,7 @@ from jobcore.records import FINISHED_STATES, LIVE_STATES, JobState
 __all__ = [
     "ALL_STATES",
     "CANCELLED_ENTRY",
+    "CANCELLED_TEXT",
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_PAGE",
@@ -36,6 +39,7 @@ __all__ = [
     "LEASE_EXPIRED",
     "LEASE_EXPIRED_TEXT",
     "LEASE_LAPSED_FINAL",
+    "LEASE_LAPSED_FINAL_TEMPLATE",
     "LIVE_STATES",
     "MAX_ATTEMPTS",
     "MAX_BULK_ROWS",
@@ -45,6 +49,7 @@ __all__ = [
     "MAX_ERROR_TEXT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LEASE",
+    "MAX_LEASE_SLOTS",
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
@@ -54,8 +59,12 @@ __all__ = [
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "Guard",
+    "kept_changing",
+    "key_held",
     "lease_lapsed_final_text",
     "not_found",
+    "refused",
+    "takes",
 ]
 
 # -- states ----------------------------------------------------------------------------
@@ -69,12 +78,13 @@ CLAIMABLE_STATES: Final = frozenset({JobState.READY, JobState.SCHEDULED})
 class Guard:
     """Which states an operator verb moves a job out of, and the refusal for any other.
 
-    ``refusal`` is ``None`` for a verb that answers ``None`` instead of refusing (cancel).
+    ``refusal`` is the error for a job in any other state (single-job ``cancel`` answers
+    ``None`` instead; :func:`jobcore.cancel_job` and the CLI raise its refusal).
     """
 
     verb: str
     states: frozenset[JobState]
-    refusal: type[JobStateConflict] | None
+    refusal: type[JobStateConflict]
     past: str
     """The verb in the past tense, as the CLI and the dashboard report it."""
 
@@ -85,7 +95,7 @@ class Guard:
 GUARDS: Final[dict[str, Guard]] = {
     g.verb: g
     for g in (
-        Guard("cancel", frozenset(LIVE_STATES), None, "cancelled"),
+        Guard("cancel", frozenset(LIVE_STATES), JobNotCancellable, "cancelled"),
         Guard("requeue", frozenset(FINISHED_STATES), JobNotRequeueable, "requeued"),
         Guard("remove", ALL_STATES - {JobState.RUNNING}, JobNotRemovable, "removed"),
         Guard("promote", frozenset({JobState.SCHEDULED}), JobNotPromotable, "promoted"),
@@ -100,6 +110,41 @@ def not_found(job_id: object) -> JobNotFound:
     return JobNotFound(f"no job has id {job_id!r:.60}")
 
 
+def takes(states: frozenset[JobState]) -> str:
+    """How a refusal names a guard's states: ``finished``, ``live``, ``scheduled``, ``non-running``."""
+    if states == FINISHED_STATES:
+        return "finished"
+    if states == LIVE_STATES:
+        return "live"
+    if len(states) == 1:
+        return next(iter(states)).value
+    rest = ALL_STATES - states
+    if len(rest) == 1:
+        return f"non-{next(iter(rest)).value}"
+    return " or ".join(s.value for s in JobState if s in states)
+
+
+def refused(verb: str, job_id: object, state: JobState) -> JobStateConflict:
+    """The refusal of operator ``verb`` for a job found in ``state`` (O02-O04, S05): one wording, every driver."""
+    guard = GUARDS[verb]
+    return guard.refusal(f"job {job_id!s:.60} is {JobState(state).value}; {verb} takes only {takes(guard.states)} jobs")
+
+
+def key_held(job_id: object, key: str | None, holder: str | None) -> JobDuplicate:
+    """``requeue``'s refusal when a live job of the same name holds the job's key (O02, E02)."""
+    by = "another live job" if holder is None else f"live job {holder}"
+    return JobDuplicate(f"job {job_id!s:.60}'s key {key!r:.60} is held by {by}")
+
+
+def kept_changing(job_id: object, verb: str) -> JobStateConflict:
+    """A single-job verb that lost every retry to concurrent writers (the caller may simply retry)."""
+    return JobStateConflict(f"job {job_id!s:.60} kept changing while being {GUARDS[verb].past}", f"retry the {verb}")
+
+
+CANCELLED_TEXT: Final = "cancelled by an operator"
+"""The ``Cancelled`` entry's message when ``cancel`` is given no reason (O01)."""
+
+
 # -- error-history entries a store writes itself ----------------------------------------
 
 LEASE_EXPIRED: Final = "LeaseExpired"
@@ -109,11 +154,15 @@ LEASE_LAPSED_FINAL: Final = "LeaseLapsedFinalAttempt"
 """Type of the entry a burial records (C08)."""
 CANCELLED_ENTRY: Final = "Cancelled"
 """Type of the entry ``cancel`` records, with the caller's reason as its message (O01)."""
+LEASE_LAPSED_FINAL_TEMPLATE: Final = (
+    "lease lapsed on the final attempt ({attempt} of {max_attempts}); the worker likely crashed"
+)
+"""The burial entry's message with its two fields; SQL and Mongo build their expressions from it."""
 
 
 def lease_lapsed_final_text(attempt: int, max_attempts: int) -> str:
     """The burial entry's message (C08); SQL and Mongo build the same text from the row."""
-    return f"lease lapsed on the final attempt ({attempt} of {max_attempts}); the worker likely crashed"
+    return LEASE_LAPSED_FINAL_TEMPLATE.format(attempt=attempt, max_attempts=max_attempts)
 
 
 # -- limits (the same for every driver; listed in docs/rules.md) -------------------------
@@ -146,3 +195,5 @@ MIN_LEASE: Final = timedelta(milliseconds=1)
 MAX_LEASE: Final = timedelta(days=7)
 MAX_DELAY: Final = timedelta(days=36_500)
 MAX_SPREAD: Final = timedelta(hours=1)
+MAX_LEASE_SLOTS: Final = 1_000_000
+"""Largest ``limit`` of a fleet lease key (slots live at once, K01)."""

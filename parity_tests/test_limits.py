@@ -57,6 +57,7 @@ class L:
     MAX_PRUNE_ROWS = 100_000
     DEFAULT_PRUNE_ROWS = 10_000
     DEFAULT_PRUNE_BATCH = 500
+    MAX_LEASE_SLOTS = 1_000_000
     MAX_QUEUES = 100
 
 
@@ -353,6 +354,18 @@ def test_C09_L04_K01_lease_of_exactly_min_and_max_lease(
     assert driver.leases.acquire("k", 1, "h3", fits) is False  # renewed for exactly ``fits``: held 1 ms more
     clock.advance(MS)
     assert driver.leases.acquire("k", 1, "h3", fits) is True
+
+
+# --- MAX_LEASE_SLOTS -----------------------------------------------------------------------
+
+
+def test_K01_lease_limit_of_exactly_max_lease_slots(driver: JobDriver) -> None:
+    """A lease key takes a limit of exactly MAX_LEASE_SLOTS; one more is refused and takes no slot."""
+    with refused("JC_OPTION_INVALID"):
+        driver.leases.acquire("k", L.MAX_LEASE_SLOTS + 1, "h1", 30)
+    assert driver.leases.acquire("k", 1, "h2", 30) is True  # the refusal took no slot
+    assert driver.leases.acquire("k", L.MAX_LEASE_SLOTS, "h1", 30) is True
+    assert driver.leases.release("k", "h1") is True
 
 
 # --- MAX_DELAY -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jobcore.parity._support import LEASE, all_jobs, claim_one, finished_job, refused
 
-from jobcore import cancel_job
+from jobcore import cancel_job, vocabulary
 from jobcore import validate as v
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
@@ -138,8 +138,9 @@ def test_O02_live_job_refused(driver: JobDriver, state: str) -> None:
     """requeue of a live job is refused JC_JOB_NOT_REQUEUEABLE and changes nothing."""
     job = _live_job(driver, state)
     before = driver.introspect.get(job.id)
-    with refused("JC_JOB_NOT_REQUEUEABLE"):
+    with refused("JC_JOB_NOT_REQUEUEABLE") as info:
         driver.introspect.requeue(job.id)
+    assert info.value.cause == vocabulary.refused("requeue", job.id, JobState(state)).cause  # one wording, every driver
     assert driver.introspect.get(job.id) == before
 
 
@@ -147,8 +148,9 @@ def test_O02_key_held_by_live_job_refused(driver: JobDriver) -> None:
     """requeue of a job whose key a live job of its name holds is refused JC_JOB_DUPLICATE."""
     old = finished_job(driver, "done", name="report", key="daily")
     holder = driver.enqueue("report", key="daily")
-    with refused("JC_JOB_DUPLICATE"):
+    with refused("JC_JOB_DUPLICATE") as info:
         driver.introspect.requeue(old.id)
+    assert info.value.cause == vocabulary.key_held(old.id, "daily", holder.id).cause
     assert driver.introspect.get(old.id) == old
     driver.introspect.cancel(holder.id)
     requeued = driver.introspect.requeue(old.id)
@@ -162,8 +164,9 @@ def test_O02_unknown_id_refused(driver: JobDriver) -> None:
     job = finished_job(driver, "done")
     driver.introspect.remove(job.id)
     for job_id in (job.id, "", "not-an-id"):
-        with refused("JC_JOB_NOT_FOUND"):
+        with refused("JC_JOB_NOT_FOUND") as info:
             driver.introspect.requeue(job_id)
+        assert info.value.cause == vocabulary.not_found(job_id).cause
     assert all_jobs(driver) == []
 
 
@@ -184,8 +187,9 @@ def test_O03_running_job_refused(driver: JobDriver) -> None:
     """remove of a running job is refused JC_JOB_NOT_REMOVABLE and it keeps running."""
     job = driver.enqueue("a")
     token = claim_one(driver).token
-    with refused("JC_JOB_NOT_REMOVABLE"):
+    with refused("JC_JOB_NOT_REMOVABLE") as info:
         driver.introspect.remove(job.id)
+    assert info.value.cause == vocabulary.refused("remove", job.id, JobState.RUNNING).cause
     assert _state(driver, job.id) is JobState.RUNNING
     assert driver.ack(token) is not None
 
@@ -226,8 +230,9 @@ def test_O04_anything_else_refused(driver: JobDriver, state: str) -> None:
     """promote of anything but a scheduled job is refused JC_JOB_NOT_PROMOTABLE."""
     job = _live_job(driver, state) if state not in FINISHED else finished_job(driver, state)
     before = driver.introspect.get(job.id)
-    with refused("JC_JOB_NOT_PROMOTABLE"):
+    with refused("JC_JOB_NOT_PROMOTABLE") as info:
         driver.introspect.promote(job.id)
+    assert info.value.cause == vocabulary.refused("promote", job.id, JobState(state)).cause
     assert driver.introspect.get(job.id) == before
 
 

@@ -85,11 +85,12 @@ def test_a_driver_without_the_capability_is_never_asked_landed_only(capabilities
 
 class PassThrough:
     """A wrapper as users write them: everything delegated, ``ack_many`` overridden without
-    the keyword, so it passes the inner driver's ``ack_landed_only`` capability through."""
+    the keyword; it declares what it offers, the inner driver's capabilities less ``ack_landed_only``."""
 
     def __init__(self, inner: MemoryDriver) -> None:
         self._inner = inner
         self.acks = 0
+        self.capabilities = inner.capabilities - {"ack_landed_only"}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -99,11 +100,12 @@ class PassThrough:
         return self._inner.ack_many(items)
 
 
-def test_a_wrapper_without_the_keyword_gets_plain_acks() -> None:
-    """The capability alone is not enough: a wrapper's ack_many without landed_only is called plainly."""
+def test_a_wrapper_without_the_capability_gets_plain_acks() -> None:
+    """The worker reads capabilities only: a wrapper not declaring ack_landed_only gets plain acks."""
     inner = MemoryDriver()
     wrapper = PassThrough(inner)
-    assert "ack_landed_only" in wrapper.capabilities
+    assert "ack_landed_only" in inner.capabilities
+    assert "ack_landed_only" not in wrapper.capabilities
     registry = Registry()
 
     @registry.job(name="one")

@@ -1,9 +1,10 @@
-"""Generate the docs pages that must never drift from the code: the error-code table and the CLI reference.
+"""Generate the docs that must never drift from the code: error codes, CLI reference, limits, verb guards.
 
 ``docs/errors.md`` is written whole from :func:`jobcore.errors.all_error_classes` and
-:data:`jobcore.cli.EXIT_CODES`. In ``docs/cli.md`` only the blocks between
-``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->`` are rewritten
-(the exit-status table and every command's ``--help``); the prose around them is by hand.
+:data:`jobcore.cli.EXIT_CODES`. In ``docs/cli.md`` and ``docs/rules.md`` only the blocks
+between ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->`` are
+rewritten (the exit-status table and every command's ``--help``; the limits table and the
+operator verbs' state guards, from :mod:`jobcore.vocabulary`); the prose around them is by hand.
 
     python tools/gen_docs.py          # rewrite the pages
     python tools/gen_docs.py --check  # exit 1 if a committed page is stale (tests run this)
@@ -18,13 +19,17 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
-from jobcore import cli, errors
+from jobcore import cli, errors, vocabulary
+from jobcore.driver import Introspector
+from jobcore.records import JobState
 
 ROOT = Path(__file__).resolve().parents[1]
 ERRORS_PAGE = ROOT / "docs" / "errors.md"
 CLI_PAGE = ROOT / "docs" / "cli.md"
+RULES_PAGE = ROOT / "docs" / "rules.md"
 HELP_WIDTH = "88"
 _BUILTINS = (ValueError, LookupError)
 
@@ -139,12 +144,12 @@ def commands_reference() -> str:
     return "\n\n".join(parts)
 
 
-def _replace_block(text: str, name: str, body: str) -> str:
+def _replace_block(text: str, name: str, body: str, page: Path = CLI_PAGE) -> str:
     pattern = re.compile(
         rf"(<!-- BEGIN GENERATED: {name} -->).*?(<!-- END GENERATED: {name} -->)", flags=re.DOTALL
     )
     if not pattern.search(text):
-        raise SystemExit(f"{CLI_PAGE}: no GENERATED block named {name!r}")
+        raise SystemExit(f"{page}: no GENERATED block named {name!r}")
     return pattern.sub(lambda m: f"{m.group(1)}\n{body}\n{m.group(2)}", text, count=1)
 
 
@@ -152,6 +157,93 @@ def cli_page(current: str) -> str:
     """docs/cli.md with its generated blocks brought up to date."""
     text = _replace_block(current, "exit-statuses", exit_table())
     return _replace_block(text, "commands", commands_reference())
+
+
+LIMITS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("MAX_PAYLOAD_BYTES", "payload or result, as UTF-8 JSON text (E03, S01)", (
+        "test_E03_S01_payload_and_result_of_exactly_max_payload_bytes",)),
+    ("MAX_ERROR_TEXT_BYTES", "one error message, UTF-8 (S02, O01)", (
+        "test_S02_O01_error_text_of_exactly_max_error_text_bytes",)),
+    ("MAX_JSON_DEPTH", "nesting of lists and objects in a payload or result (E03)", (
+        "test_E03_payload_nested_exactly_max_json_depth",)),
+    ("MAX_NAME_LENGTH", "characters of a job name, queue, key, worker id or lease key (E04, K01)", (
+        "test_E04_K01_names_of_exactly_max_name_length",)),
+    ("MAX_ENQUEUE_BATCH", "specs in one `enqueue_many` (E05)", ("test_E05_batch_of_exactly_max_enqueue_batch",)),
+    ("MAX_CLAIM_BATCH", "`claim(limit=...)` (C05)", ("test_C05_claim_limit_of_exactly_max_claim_batch",)),
+    ("MAX_BULK_ROWS", "rows one `*_many` operator call moves, and its default limit (O05)", (
+        "test_O05_bulk_limit_of_exactly_max_bulk_rows", "test_O05_bulk_default_limit_is_max_bulk_rows")),
+    ("DEFAULT_PAGE", "jobs in a `list` page when no limit is given (O07)", (
+        "test_O07_default_page_holds_default_page_jobs",)),
+    ("MAX_PAGE", "largest `list` and `dead_letters` limit (O07, O08)", (
+        "test_O07_O08_page_limit_of_exactly_max_page",)),
+    ("DEFAULT_MAX_ATTEMPTS", "`max_attempts` when none is given (E01)", (
+        "test_E01_default_max_attempts_runs_exactly_that_many_times",)),
+    ("MAX_ATTEMPTS", "largest `max_attempts` (E04)", ("test_E04_max_attempts_of_exactly_max_attempts",)),
+    ("PRIORITY_MIN", "lowest priority (E04)", ("test_E04_priority_of_exactly_priority_min_and_max",)),
+    ("PRIORITY_MAX", "highest priority (E04)", ("test_E04_priority_of_exactly_priority_min_and_max",)),
+    ("MIN_LEASE", "shortest lease or ttl (C09, L04, K01)", ("test_C09_L04_K01_lease_of_exactly_min_and_max_lease",)),
+    ("MAX_LEASE", "longest lease or ttl (C09, L04, K01)", ("test_C09_L04_K01_lease_of_exactly_min_and_max_lease",)),
+    ("MAX_DELAY", "longest `delay` (E04)", ("test_E04_delay_of_exactly_max_delay",)),
+    ("MAX_SPREAD", "longest `requeue_many` spread (O06)", ("test_O06_spread_of_exactly_max_spread",)),
+    ("MAX_PRUNE_ROWS", "rows one `introspect.prune` call deletes (R01)", (
+        "test_R01_prune_limit_and_batch_of_exactly_their_maximum",)),
+    ("DEFAULT_PRUNE_ROWS", "`prune` limit when none is given (R01)", (
+        "test_R01_default_prune_removes_at_most_default_prune_rows",)),
+    ("DEFAULT_PRUNE_BATCH", "rows per delete step of `prune` when no batch is given; at most `MAX_BULK_ROWS` (R01)", (
+        "test_R01_prune_limit_and_batch_of_exactly_their_maximum",)),
+)
+"""The limits table's rows: constant (its value read from :mod:`jobcore.vocabulary`), what it
+bounds, its edge scenarios in ``parity_tests/test_limits.py``."""
+
+_LIMIT_PREFIXES = ("MAX_", "MIN_", "DEFAULT_", "PRIORITY_")
+
+
+def written(value: object) -> str:
+    """A limit as the table writes it: ``1 ms``, ``7 days``, ``1 hour`` or the number."""
+    if isinstance(value, timedelta):
+        ms = value // timedelta(milliseconds=1)
+        for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("second", 1000)):
+            if ms % size == 0:
+                return f"{ms // size} {unit}{'s' if ms // size != 1 else ''}"
+        return f"{ms} ms"
+    return str(value)
+
+
+def limits_table() -> str:
+    """docs/rules.md's limits table, values from :mod:`jobcore.vocabulary`; every limit there has a row."""
+    listed = {name for name, _, _ in LIMITS}
+    missing = sorted(n for n in vocabulary.__all__ if n.startswith(_LIMIT_PREFIXES) and n not in listed)
+    if missing:
+        raise SystemExit(f"tools/gen_docs.py: LIMITS has no row for {', '.join(missing)}")
+    lines = ["| constant | value | what it bounds | edge scenario |", "|---|---|---|---|"]
+    for name, what, scenarios in LIMITS:
+        links = ", ".join(f"[`{t}`](../parity_tests/test_limits.py)" for t in scenarios)
+        lines.append(f"| `{name}` | {written(getattr(vocabulary, name))} | {what} | {links} |")
+    return "\n".join(lines)
+
+
+def _states(states: frozenset[JobState]) -> str:
+    return ", ".join(f"`{s.value}`" for s in JobState if s in states)
+
+
+def guard_table() -> str:
+    """docs/rules.md's operator-verb guards (O01-O05, S05), from :data:`jobcore.vocabulary.GUARDS`."""
+    lines = [
+        "| verb | moves a job that is | `verb(id)` on a job in any other state: | for example |",
+        "|---|---|---|---|",
+    ]
+    for verb, guard in vocabulary.GUARDS.items():
+        other = next(s for s in JobState if s not in guard.states)
+        example = vocabulary.refused(verb, "7", other)
+        verbs = f"`{verb}`, `{verb}_many`" if hasattr(Introspector, f"{verb}_many") else f"`{verb}`"
+        lines.append(f"| {verbs} | {_states(guard.states)} | `{example.code}` | {example.cause} |")
+    return "\n".join(lines)
+
+
+def rules_page(current: str) -> str:
+    """docs/rules.md with its generated blocks brought up to date."""
+    text = _replace_block(current, "limits", limits_table(), RULES_PAGE)
+    return _replace_block(text, "verb-guards", guard_table(), RULES_PAGE)
 
 
 def same_text(a: str, b: str) -> bool:
@@ -164,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a page is stale instead of writing it")
     args = parser.parse_args(argv)
-    wanted = {ERRORS_PAGE: errors_page(), CLI_PAGE: cli_page(CLI_PAGE.read_text(encoding="utf-8"))}
+    wanted = {
+        ERRORS_PAGE: errors_page(),
+        CLI_PAGE: cli_page(CLI_PAGE.read_text(encoding="utf-8")),
+        RULES_PAGE: rules_page(RULES_PAGE.read_text(encoding="utf-8")),
+    }
     stale = [
         path for path, text in wanted.items()
         if not path.exists() or not same_text(path.read_text(encoding="utf-8"), text)

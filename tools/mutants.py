@@ -38,6 +38,7 @@ TIMEOUT = 600.0
 """Seconds one mutant's run may take; a run past it counts as killed (the suite hung on it)."""
 
 MEM = "drivers/memory/__init__.py"
+MEM_LEASES = "drivers/memory/_leases.py"
 PG = "drivers/postgres/_sql/jobs.py"
 MONGO = "drivers/mongo/__init__.py"
 VAL = "jobcore/validate.py"
@@ -99,10 +100,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("mem-reclaim-records-nothing", MEM,
        "            self._error(row, LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now)\n", "            pass\n",
        (f"{PT}/test_claim.py", "-k", "C07"), "memory", "a reclaim records no LeaseExpired (C07)"),
-    Mutant("mem-lease-limit-off-by-one", MEM,
-       "if holder not in slots and len(slots) >= count:", "if holder not in slots and len(slots) > count:",
+    Mutant("mem-lease-limit-off-by-one", MEM_LEASES,
+       "if holder not in slots and len(slots) >= limit:", "if holder not in slots and len(slots) > limit:",
        (f"{PT}/test_fleet_leases.py",), "memory", "a lease key hands out one slot too many (K01)"),
-    Mutant("mem-renew-revives-expired", MEM,
+    Mutant("mem-renew-revives-expired", MEM_LEASES,
        "            if slots.get(holder, now) <= now:\n", "            if holder not in slots:\n",
        (f"{PT}/test_fleet_leases.py", "-k", "K02"), "memory", "renew revives an expired slot (K02)"),
     Mutant("mem-cancel-finished", MEM,

@@ -1,4 +1,4 @@
-"""The memory driver's :class:`~jobcore.driver.ScheduleStore`: schedules in a dict, under the driver's lock.
+"""The memory driver's :class:`~jobcore.door.SchedulesBackend`: schedules in a dict, under the driver's lock.
 
 This is the reference for the other drivers' schedule stores. Every method takes the
 driver's one lock, so a ``fire`` (compare-and-set of the watermark plus the enqueue
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobcore import validate as v
-from jobcore.records import LIVE_STATES, JobSpec, JobState, Schedule, ScheduleOutcome
+from jobcore.records import JobState, Schedule, ScheduleOutcome
+from jobcore.vocabulary import LIVE_STATES
 
 if TYPE_CHECKING:
     from . import MemoryDriver
@@ -49,57 +50,49 @@ class _Entry:
 
 
 class MemorySchedules:
-    """Periodic schedules' declarations and watermarks (rules P)."""
+    """Periodic schedules' declarations and watermarks (rules P), on checked values."""
 
     def __init__(self, driver: MemoryDriver) -> None:
         self._d = driver
         self._entries: dict[str, _Entry] = {}
 
-    def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
-        key = v.check_schedule_name(name)
-        text = v.check_schedule_definition(definition)
-        begin = None if start is None else v.check_time(start, "start")
+    def declare(self, name: str, definition: str, start: datetime | None) -> Schedule:
         with self._d._lock:
             now = self._d._now()
-            entry = self._entries.get(key)
+            entry = self._entries.get(name)
             if entry is None:
-                entry = self._entries[key] = _Entry(key, text, now if begin is None else begin, now)
-            elif entry.definition != text:
-                entry.definition, entry.updated_at = text, now
+                entry = self._entries[name] = _Entry(name, definition, now if start is None else start, now)
+            elif entry.definition != definition:
+                entry.definition, entry.updated_at = definition, now
             return entry.schedule()
 
     def get(self, name: str) -> Schedule | None:
-        key = v.check_schedule_name(name)
         with self._d._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(name)
             return None if entry is None else entry.schedule()
 
     def list(self) -> builtins.list[Schedule]:
         with self._d._lock:
-            return [self._entries[key].schedule() for key in sorted(self._entries)]
+            return [entry.schedule() for entry in self._entries.values()]
 
     def fire(
-        self, name: str, *, expected: datetime, occurrence: datetime, job: JobSpec | None,
-        outcome: ScheduleOutcome | str = ScheduleOutcome.FIRED, overlap: bool = True,
+        self, name: str, *, expected: datetime, occurrence: datetime, job: v.StoreTimedJob | None,
+        outcome: ScheduleOutcome, overlap: bool,
     ) -> Schedule | None:
-        key = v.check_schedule_name(name)
-        old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
         d = self._d
         woken: str | None = None
         with d._lock:
-            now = d._now()
-            # checked before the compare-and-set: an invalid job is refused whoever wins
-            spec = None if job is None else v.new_jobs([job], now=now, default_max_attempts=d._default_max_attempts)[0]
-            entry = self._entries.get(key)
-            if entry is None or entry.paused or entry.watermark != old:
+            entry = self._entries.get(name)
+            if entry is None or entry.paused or entry.watermark != expected:
                 return None
-            entry.watermark, entry.last_fired_at, entry.updated_at = new, now, now
-            if not allow_overlap and self._live(entry.last_job_id):
+            now = d._now()
+            entry.watermark, entry.last_fired_at, entry.updated_at = occurrence, now, now
+            if not overlap and self._live(entry.last_job_id):
                 entry.last_outcome = ScheduleOutcome.SKIPPED_OVERLAP
             else:
-                entry.last_outcome = result
-                if spec is not None:
-                    row, duplicate = d._insert(spec, now)
+                entry.last_outcome = outcome
+                if job is not None:
+                    row, duplicate = d._insert(job.resolve(now), now)
                     entry.last_job_id = str(row.seq)
                     if not duplicate and row.state is JobState.READY:
                         woken = row.queue
@@ -109,14 +102,13 @@ class MemorySchedules:
         return answer
 
     def _live(self, job_id: str | None) -> bool:
-        """Whether ``job_id`` names a job still live (P03); call with the lock held."""
-        row = None if job_id is None else self._d.introspect._row(job_id)
+        """Whether ``job_id`` (a ``last_job_id`` this store wrote) names a job still live (P03); lock held."""
+        row = None if job_id is None else self._d._rows.get(int(job_id))
         return row is not None and row.state in LIVE_STATES
 
     def pause(self, name: str) -> Schedule | None:
-        key = v.check_schedule_name(name)
         with self._d._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(name)
             if entry is None:
                 return None
             if not entry.paused:
@@ -124,9 +116,8 @@ class MemorySchedules:
             return entry.schedule()
 
     def resume(self, name: str) -> Schedule | None:
-        key = v.check_schedule_name(name)
         with self._d._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(name)
             if entry is None:
                 return None
             if entry.paused:
@@ -135,6 +126,5 @@ class MemorySchedules:
             return entry.schedule()
 
     def remove(self, name: str) -> bool:
-        key = v.check_schedule_name(name)
         with self._d._lock:
-            return self._entries.pop(key, None) is not None
+            return self._entries.pop(name, None) is not None

@@ -51,17 +51,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Literal, overload
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import attrs
 import pymongo
 import pymongo.common
 from bson.codec_options import CodecOptions
-from pymongo import MongoClient, ReturnDocument, UpdateOne
+from pymongo import MongoClient, ReturnDocument
 from pymongo import errors as pe
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
@@ -69,23 +67,23 @@ from pymongo.uri_parser import parse_uri
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis, utc
+from jobcore.door import FrontDoor, IntrospectDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOutdated, UrlInvalid, redact
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
-from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_FINAL
+from jobcore.records import Job, Migration
 
 from . import _docs as d
 from ._errors import Bounds, translated
-from ._introspect import MongoIntrospector
+from ._introspect import MongoIntrospect
+from ._jobs import MongoJobs
 from ._leases import MongoLeases
 from ._schedules import MongoSchedules
-from ._watch import Hub, Silent, Subscription
+from ._watch import Hub
 
 __all__ = ["DEFAULT_POOL_MAX", "MongoDriver", "capabilities_of"]
 
 
 Doc = dict[str, Any]
-READY, SCHEDULED, RUNNING = JobState.READY.value, JobState.SCHEDULED.value, JobState.RUNNING.value
 _CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=utc)
 DEFAULT_CALL_TIMEOUT = 10.0
 """Seconds one driver call may take by default (F07)."""
@@ -97,7 +95,7 @@ CLOCK_READ_BOUND = 2.0
 """Seconds one reading of the server's clock may take (F01, F07)."""
 
 
-class MongoDriver:
+class MongoDriver(FrontDoor):
     """The MongoDB :class:`~jobcore.driver.JobDriver`.
 
     Args:
@@ -164,7 +162,6 @@ class MongoDriver:
             connect=float(options.pool_options.connect_timeout or 0),
         )
         self.clock: Clock = clock if clock is not None else StoreClock(self._store_time)
-        self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         db = self._client.get_database(database, codec_options=_CODEC)
         self._jobs: Collection[Doc] = db[f"{collection_prefix}jobs"]
         self._meta: Collection[Doc] = db[f"{collection_prefix}meta"]
@@ -172,9 +169,14 @@ class MongoDriver:
         self._ready = False
         self._lock = threading.Lock()
         self._hub: Hub | None = None
-        self.leases = MongoLeases(self, db[f"{collection_prefix}leases"])
-        self.introspect = MongoIntrospector(self, self._jobs)
-        self.schedules = MongoSchedules(self, db[f"{collection_prefix}schedules"])
+        jobs = MongoJobs(self)
+        super().__init__(jobs, default_max_attempts=default_max_attempts)
+        self._bury = jobs._bury  # the introspector's rescue buries as a claim does
+        self.leases = LeasesDoor(MongoLeases(self, db[f"{collection_prefix}leases"]))
+        self.introspect = IntrospectDoor(MongoIntrospect(self, self._jobs))
+        self.schedules = SchedulesDoor(
+            MongoSchedules(self, db[f"{collection_prefix}schedules"]), default_max_attempts=self._default_max_attempts,
+        )
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoDriver:
@@ -214,8 +216,7 @@ class MongoDriver:
 
     # -- capabilities, schema ------------------------------------------------------------
 
-    @property
-    def capabilities(self) -> frozenset[str]:
+    def _server_capabilities(self) -> frozenset[str]:
         """``shared_store``, ``ack_landed_only`` and ``deferred_start``; plus ``notify`` and
         ``transactional_enqueue`` on a replica set or mongos (docs/drivers/mongo.md, "At scale").
 
@@ -228,10 +229,6 @@ class MongoDriver:
         if self._capabilities is None:
             self._capabilities = capabilities_of(self._hello())
         return self._capabilities
-
-    @capabilities.setter
-    def capabilities(self, value: Iterable[str]) -> None:
-        self._capabilities = frozenset(value)
 
     def _check_unsharded(self) -> None:
         """Through mongos, refuse a sharded jobs collection (``JC_NOT_SUPPORTED``): a claim is a
@@ -275,7 +272,7 @@ class MongoDriver:
         return found
 
     @translated
-    def migrate(self, *, dry_run: bool = False) -> Migration:
+    def _migrate(self, *, dry_run: bool) -> Migration:
         """Create and check the indexes and record the schema version; idempotent, safe to race.
 
         ``dry_run=True`` only reads: the answer's ``statements`` are the ``mongosh``
@@ -381,42 +378,6 @@ class MongoDriver:
 
     # -- enqueue ---------------------------------------------------------------------------
 
-    def _session(self, session: ClientSession | None) -> ClientSession | None:
-        if session is None:
-            return None
-        if not isinstance(session, ClientSession) or session.client is not self._client:
-            raise OptionInvalid(
-                "session must be a ClientSession started from this driver's MongoClient",
-                "start it with client.start_session() on the client the driver was built with",
-            )
-        if session.in_transaction and "transactional_enqueue" not in self.capabilities:
-            raise NotSupported(
-                "this MongoDB server is standalone; it has no multi-document transactions",
-                "run MongoDB as a replica set (a single-node one will do) to enqueue inside a transaction",
-            )
-        return session
-
-    @translated
-    def enqueue(
-        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
-        run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None, session: ClientSession | None = None,
-    ) -> Job:
-        """See :meth:`jobcore.driver.JobDriver.enqueue`; ``session`` joins the caller's transaction."""
-        now = self._now()
-        new = v.new_job(
-            name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key, now=now, default_max_attempts=self._default_max_attempts,
-        )
-        return self._store([new], now, self._session(session))[0]
-
-    @translated
-    def enqueue_many(self, specs: Iterable[Any], *, session: ClientSession | None = None) -> list[Job]:
-        """See :meth:`jobcore.driver.JobDriver.enqueue_many`; ``session`` joins the caller's transaction."""
-        now = self._now()
-        news = v.new_jobs(specs, now=now, default_max_attempts=self._default_max_attempts)
-        return self._store(news, now, self._session(session)) if news else []
-
     def _next_seqs(self, count: int) -> int:
         """Reserve ``count`` sequence numbers in one ``$inc``; answers the first.
 
@@ -435,281 +396,44 @@ class MongoDriver:
                 continue
         raise pe.OperationFailure("could not reserve enqueue sequence numbers")
 
-    def _holders(self, idents: set[tuple[str, str]], session: ClientSession | None) -> dict[tuple[str, str], Doc]:
-        if not idents:
-            return {}
-        query = {"$or": [{"name": n, "live_key": k} for n, k in sorted(idents)]}
-        return {(doc["name"], doc["live_key"]): doc for doc in self._jobs.find(query, session=session)}
+    # -- the public extra: enqueue inside the caller's transaction (transactional_enqueue) --
 
-    def _store(self, news: list[v.NewJob], now: datetime, session: ClientSession | None) -> list[Job]:
-        """Insert what no live holder's key blocks; answer holders as duplicates (E02, E05)."""
-        self._ensure()
-        holders = self._holders({(n.name, n.key) for n in news if n.key is not None}, session)
-        answers: list[Job | None] = [None] * len(news)
-        first_in_batch: dict[tuple[str, str], int] = {}
-        repeats: list[tuple[int, int]] = []
-        fresh: list[int] = []
-        for index, new in enumerate(news):
-            if new.key is not None:
-                ident = (new.name, new.key)
-                if ident in holders:
-                    answers[index] = d.to_job(holders[ident], duplicate=True)
-                    continue
-                if ident in first_in_batch:
-                    repeats.append((index, first_in_batch[ident]))
-                    continue
-                first_in_batch[ident] = index
-            fresh.append(index)
-        if fresh:
-            first = self._next_seqs(len(fresh))
-            docs = [d.new_document(first + n, news[i], now) for n, i in enumerate(fresh)]
-            for i, doc in zip(fresh, docs, strict=True):
-                answers[i] = d.to_job(doc)
-            for position in self._insert(docs, session):
-                doc = docs[position]
-                answers[fresh[position]] = self._lost_race(doc, session)
-        for index, earlier in repeats:
-            first_job = answers[earlier]
-            assert first_job is not None  # filled above: inserted, or answered as a duplicate
-            answers[index] = attrs.evolve(first_job, duplicate=True)
-        return [job for job in answers if job is not None]
-
-    def _insert(self, docs: list[Doc], session: ClientSession | None) -> list[int]:
-        """Insert ``docs`` (one round trip); answer positions whose key a concurrent enqueue took."""
-        try:
-            if len(docs) == 1:
-                self._jobs.insert_one(docs[0], session=session)
-            else:
-                self._jobs.insert_many(docs, ordered=False, session=session)
-        except pe.DuplicateKeyError as exc:
-            if session is not None or not d.key_clash(exc.details or {}):
-                raise
-            return [0]
-        except pe.BulkWriteError as exc:
-            errors = exc.details.get("writeErrors", [])
-            if session is not None or not all(d.key_clash(e) for e in errors):
-                raise
-            return [e["index"] for e in errors]
-        return []
-
-    def _lost_race(self, doc: Doc, session: ClientSession | None) -> Job:
-        """A key another enqueue took between our check and our insert: answer its holder."""
-        for _ in range(5):
-            holder = self._jobs.find_one({"name": doc["name"], "live_key": doc["live_key"]}, session=session)
-            if holder is not None:
-                return d.to_job(holder, duplicate=True)
-            try:  # the holder finished in between: the key is free again
-                self._jobs.insert_one(doc, session=session)
-                return d.to_job(doc)
-            except pe.DuplicateKeyError:
-                continue
-        raise pe.OperationFailure(f"key {doc['live_key']!r} kept changing hands during enqueue")
-
-    # -- claim -----------------------------------------------------------------------------
-
-    @translated
-    def claim(
-        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (), start: bool = True,
-    ) -> ClaimResult:
-        """See :meth:`jobcore.driver.JobDriver.claim`; ``start=False`` holds the jobs (F04)."""
-        names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
-        begin = v.check_bool(start, "start")
-        self._ensure()
-        now = self._now()
-        expires = to_millis(now + span)
-        claimed: list[Claimed] = []
-        buried: list[Job] = []
-        # Steps 1 and 2 in one pass over lapsed leases, in claim order: each write buries
-        # or reclaims the job it matched, deciding from that job's own attempt count.
-        settle = _lapsed_stages(worker, now, expires, drop, begin)
-        lapsed = d.lapsed_query(names, now, final=None)
-        while len(claimed) < size:
-            doc = self._jobs.find_one_and_update(
-                lapsed, settle, sort=d.CLAIM_ORDER, return_document=ReturnDocument.AFTER,
+    def enqueue(
+        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+        run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
+        key: str | None = None, session: ClientSession | None = None,
+    ) -> Job:
+        """See :meth:`jobcore.driver.JobDriver.enqueue`; ``session`` joins the caller's transaction."""
+        if session is None:
+            return super().enqueue(
+                name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                max_attempts=max_attempts, key=key,
             )
-            if doc is None:
-                break
-            if doc["state"] == RUNNING:
-                claimed.append(_claimed(doc, now))
-            else:
-                buried.append(d.to_job(doc))
-        if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
-            buried += self._bury(names, drop, now)
-        due, take = d.due_query(names, now), _take_stages(worker, now, expires, begin)
-        while len(claimed) < size:
-            doc = self._jobs.find_one_and_update(
-                due, take, sort=d.CLAIM_ORDER, hint=d.CLAIM_INDEX, return_document=ReturnDocument.AFTER,
-            )
-            if doc is None:
-                break
-            claimed.append(_claimed(doc, now))
-        return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
+        return self._enqueue_in(
+            session, "session", name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            max_attempts=max_attempts, key=key,
+        )
 
-    def _bury(self, queues: Sequence[str] | None, drop: frozenset[str], now: datetime) -> list[Job]:
-        """Settle every lapsed final-attempt job in ``queues`` (all when None), one fenced write each (C08)."""
-        query = d.lapsed_query(queues, now, final=True)
-        update = [d.append_error(LEASE_LAPSED_FINAL, _BURIAL_TEXT, now), *d.finish_stages(_burial_state(drop), now)]
-        buried: list[Job] = []
-        while True:
-            doc = self._jobs.find_one_and_update(
-                query, update, sort=[("lease_expires_at", 1), ("_id", 1)], return_document=ReturnDocument.AFTER,
-            )
-            if doc is None:
-                return buried
-            buried.append(d.to_job(doc))
+    def enqueue_many(self, specs: Iterable[Any], *, session: ClientSession | None = None) -> list[Job]:
+        """See :meth:`jobcore.driver.JobDriver.enqueue_many`; ``session`` joins the caller's transaction."""
+        return self._enqueue_many_in(session, "session", specs)
 
-    # -- start, heartbeat and settle ------------------------------------------------------
-
-    @translated
-    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
-        """See :meth:`jobcore.driver.DeferredStart.start`.
-
-        One fenced update per token, sent as one bulk write. Its matched count answers
-        the batch outright when every token or none matched; otherwise one read of the
-        fence fields tells which tokens are current. A token current at that read was
-        current when its update ran (a token never becomes current again), so its
-        attempt started; one superseded in between answers ``False``, as it would a
-        moment later anyway.
-        """
-        checked = v.check_tokens(tokens)
-        if not checked:
-            return []
-        update = [_started(self._now())]
-        fences = [_fence(token) for token in checked]
-        ops = [UpdateOne(fence, update) for fence in fences if fence is not None]
-        if not ops:
-            return [False] * len(fences)
-        if len(fences) == 1:
-            return [fences[0] is not None and self._jobs.update_one(fences[0], update).matched_count == 1]
-        matched = self._jobs.bulk_write(ops, ordered=False).matched_count
-        if matched in (0, len(ops)):
-            return [fence is not None and matched > 0 for fence in fences]
-        ids = sorted({fence["_id"] for fence in fences if fence is not None})
-        current = {
-            (doc["_id"], doc.get("worker_id"), doc.get("claim_no"))
-            for doc in self._jobs.find({"_id": {"$in": ids}, "state": RUNNING}, {"worker_id": 1, "claim_no": 1})
-        }
-        return [f is not None and (f["_id"], f["worker_id"], f["claim_no"]) in current for f in fences]
-
-    @translated
-    def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
-        v.check_token(token)
-        span = v.check_lease(lease)
-        fence = _fence(token)
-        if fence is None:
-            return False
-        found = self._jobs.update_one(fence, {"$set": {"lease_expires_at": to_millis(self._now() + span)}})
-        return found.matched_count == 1
-
-    def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
-        return self.ack_many([(token, result)])[0]
-
-    @overload
-    def ack_many(
-        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
-    ) -> list[Job | None]: ...
-
-    @overload
-    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
-
-    @translated
-    def ack_many(
-        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: bool = False
-    ) -> list[Job | None] | list[bool]:
-        lean = v.check_bool(landed_only, "landed_only")
-        checked: list[tuple[ClaimToken, str | None]] = []
-        for token, result in v.check_pairs(items):
-            checked.append((v.check_token(token), None if result is None else v.encode_json(result, "result")))
-        if not checked:
-            return []
-        now = self._now()
-        if len(checked) == 1:
-            token, text = checked[0]
-            fence = _fence(token)
-            if lean:
-                return [fence is not None and self._jobs.update_one(fence, _ack_stages(text, now)).matched_count == 1]
-            doc = None if fence is None else self._jobs.find_one_and_update(
-                fence, _ack_stages(text, now), return_document=ReturnDocument.AFTER
-            )
-            return [None if doc is None else d.to_job(doc)]
-        # A batch: one bulk write, each update fenced on its own token and stamped with its
-        # own mark, then one read of the marks tells which landed (two round trips in all).
-        # The read shows each job as it stands after the batch; only a job removed in the
-        # instant between the two would answer None although its ack landed.
-        batch = uuid.uuid4().hex
-        ops: list[UpdateOne] = []
-        marks: list[str | None] = []
-        for index, (token, text) in enumerate(checked):
-            fence = _fence(token)
-            if fence is None:
-                marks.append(None)
-                continue
-            mark = f"{batch}:{index}"
-            ops.append(UpdateOne(fence, _ack_stages(text, now, mark)))
-            marks.append(mark)
-        landed: dict[str, Doc] = {}
-        if ops:
-            self._jobs.bulk_write(ops, ordered=False)
-            wanted = [m for m in marks if m is not None]
-            shape = {"settle_mark": 1} if lean else None  # landed_only: the marks alone, no job
-            landed = {doc["settle_mark"]: doc for doc in self._jobs.find({"settle_mark": {"$in": wanted}}, shape)}
-        if lean:
-            return [m is not None and m in landed for m in marks]
-        return [None if m is None or m not in landed else d.to_job(landed[m]) for m in marks]
-
-    @translated
-    def nack(
-        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
-        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
-    ) -> Job | None:
-        v.check_token(token)
-        type_name, message = v.error_entry(error)
-        due = None if retry_at is None else v.check_time(retry_at, "retry_at")
-        v.check_nack_flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
-        fence = _fence(token)
-        if fence is None:
+    def _joined(self, connection: object, keyword: str) -> ClientSession | None:
+        """A session of this driver's client; inside a transaction only with ``transactional_enqueue``
+        (a session outside one, for causal consistency, works on any server)."""
+        if connection is None:
             return None
-        now = self._now()
-        # A held attempt starts first (F04), so the error is recorded against it and a
-        # give-back (counts_as_attempt=False) leaves the attempt where it was.
-        stages: list[Doc] = [_started(now), d.append_error(type_name, message, now)]
-        if not counts_as_attempt:
-            stages.append({"$set": {"attempt": {"$subtract": ["$attempt", 1]}}})
-        if fail:
-            stages += d.finish_stages("failed", now)
-        elif park:
-            stages += [{"$set": {"state": "suspended"}}, {"$unset": ["lease_expires_at", "worker_id"]}]
-        else:
-            # The only decision that depends on the document: out of attempts or not.
-            final = {"$gte": ["$attempt", "$max_attempts"]}
-            stages += [
-                {"$set": {
-                    "state": {"$cond": [final, "dead" if dead_letter else "failed", SCHEDULED]},
-                    "run_at": {"$cond": [final, "$run_at", now if due is None else due]},
-                    "finished_at": {"$cond": [final, now, "$$REMOVE"]},
-                    "live_key": {"$cond": [final, "$$REMOVE", "$live_key"]},
-                }},
-                {"$unset": ["lease_expires_at", "worker_id"]},
-            ]
-        doc = self._jobs.find_one_and_update(fence, stages, return_document=ReturnDocument.AFTER)
-        return None if doc is None else d.to_job(doc)
-
-    # -- wake-ups, lifecycle ----------------------------------------------------------------
-
-    @translated
-    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Subscription | Silent:
-        names = frozenset(v.check_claim(queues, "subscriber", 1, 1, ())[0])
-        if not callable(callback):
-            raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
-        if "notify" not in self.capabilities:
-            return Silent()
-        with self._lock:  # one shared stream per driver (see _watch)
-            if self._hub is None:
-                hub = Hub(self)
-                hub.start()
-                self._hub = hub
-            return self._hub.add((names, callback))
+        if not isinstance(connection, ClientSession) or connection.client is not self._client:
+            raise OptionInvalid(
+                "session must be a ClientSession started from this driver's MongoClient",
+                "start it with client.start_session() on the client the driver was built with",
+            )
+        if connection.in_transaction and "transactional_enqueue" not in self.capabilities:
+            raise NotSupported(
+                "this MongoDB server is standalone; it has no multi-document transactions",
+                "run MongoDB as a replica set (a single-node one will do) to enqueue inside a transaction",
+            )
+        return connection
 
     def _hub_idle(self, hub: Hub) -> None:
         """The last subscription of ``hub`` closed: stop it (a later subscribe starts another)."""
@@ -719,117 +443,8 @@ class MongoDriver:
             self._hub = None
         hub.close()
 
-    def close(self) -> None:
-        with self._lock:
-            hub, self._hub = self._hub, None
-        if hub is not None:
-            hub.close()
-        if self._owns_client:
-            self._client.close()
-
     def __repr__(self) -> str:
         return f"MongoDriver(collection={self._jobs.full_name!r}, clock={self.clock!r})"
-
-
-_BURIAL_TEXT = {"$concat": [
-    "lease lapsed on the final attempt (", {"$toString": "$attempt"}, " of ",
-    {"$toString": "$max_attempts"}, "); the worker likely crashed",
-]}
-_HELD = {"$eq": ["$held", True]}
-"""True while the job is held: claimed with ``start=False``, its attempt not started (F04)."""
-
-
-def _burial_state(drop: frozenset[str]) -> Doc:
-    """``failed`` for job names in ``drop_exhausted``, else ``dead`` (C08)."""
-    return {"$cond": [{"$in": ["$name", {"$literal": sorted(drop)}]}, "failed", "dead"]}
-
-
-def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozenset[str], start: bool) -> list[Doc]:
-    """Pipeline settling one lapsed job: buried on its final started attempt (C08), else reclaimed (C07).
-
-    ``_held`` and ``_final`` are computed from the document as the server writes it, so
-    the choice never rests on an earlier read; every field then takes one branch or the
-    other. A held job (F04) lost nothing: no error is recorded, it is never buried, and
-    its attempt moves only if this claim starts it.
-    """
-    final = "$_final"
-
-    def pick(buried: Any, reclaimed: Any) -> Doc:
-        return {"$cond": [final, buried, reclaimed]}
-
-    lost = d.errors_appended(
-        pick(LEASE_LAPSED_FINAL, LEASE_EXPIRED), pick(_BURIAL_TEXT, {"$literal": LEASE_EXPIRED_TEXT}), now,
-    )
-    return [
-        {"$set": {"_held": _HELD}},
-        {"$set": {"_final": {"$and": [{"$not": ["$_held"]}, {"$gte": ["$attempt", "$max_attempts"]}]}}},
-        {"$set": {"errors": {"$cond": ["$_held", "$errors", lost]}}},
-        {"$set": {
-            "state": pick(_burial_state(drop), RUNNING),
-            "finished_at": pick(now, "$$REMOVE"),
-            "worker_id": pick("$$REMOVE", {"$literal": worker}),
-            "lease_expires_at": pick("$$REMOVE", expires),
-            "live_key": pick("$$REMOVE", "$live_key"),
-            "claim_no": pick("$claim_no", {"$add": ["$claim_no", 1]}),
-            "attempt": pick("$attempt", {"$add": ["$attempt", 1]} if start else "$attempt"),
-            "attempted_at": pick("$attempted_at", now if start else "$attempted_at"),
-            "held": pick("$$REMOVE", "$$REMOVE" if start else {"$literal": True}),
-        }},
-        {"$unset": ["_final", "_held"]},
-    ]
-
-
-def _take_stages(worker: str, now: datetime, expires: datetime, start: bool) -> list[Doc]:
-    """Pipeline making a claimable job ``running`` for ``worker`` (C06), its attempt started or held (F04)."""
-    took: Doc = {
-        "state": RUNNING, "worker_id": {"$literal": worker}, "claim_no": {"$add": ["$claim_no", 1]},
-        "lease_expires_at": expires,
-    }
-    if start:
-        took |= {"attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "held": "$$REMOVE"}
-    else:
-        took["held"] = {"$literal": True}
-    return [{"$set": took}]
-
-
-def _started(now: datetime) -> Doc:
-    """Pipeline stage starting a held attempt (F04): ``attempt + 1``, ``attempted_at`` now.
-
-    A started attempt is left as it is, so starting twice, or settling a started job,
-    changes nothing here.
-    """
-    return {"$set": {
-        "attempt": {"$cond": [_HELD, {"$add": ["$attempt", 1]}, "$attempt"]},
-        "attempted_at": {"$cond": [_HELD, now, "$attempted_at"]},
-        "held": "$$REMOVE",
-    }}
-
-
-def _claimed(doc: Doc, now: datetime) -> Claimed:
-    """The claim's answer; a held job as its attempt will stand once started (F04)."""
-    if doc.get("held"):
-        doc = {**doc, "attempt": doc["attempt"] + 1, "attempted_at": now}
-    job = d.to_job(doc)
-    return Claimed(job=job, token=ClaimToken(job_id=job.id, worker_id=doc["worker_id"], claim_no=job.claim_no))
-
-
-def _fence(token: ClaimToken) -> Doc | None:
-    """The filter matching the job only while ``token`` is current (L01-L03)."""
-    seq = d.parse_id(token.job_id)
-    claim_no = v.token_claim_no(token)  # beyond 64 bits BSON cannot even encode it: no job has it
-    if seq is None or claim_no is None or not isinstance(token.worker_id, str):
-        return None
-    return {"_id": seq, "state": RUNNING, "worker_id": token.worker_id, "claim_no": claim_no}
-
-
-def _ack_stages(text: str | None, now: datetime, mark: str | None = None) -> list[Doc]:
-    """Pipeline settling a job ``done`` with ``text`` as its result, a held attempt started first."""
-    done: Doc = {
-        "state": JobState.DONE.value, "finished_at": now, "result": "$$REMOVE" if text is None else {"$literal": text},
-    }
-    if mark is not None:
-        done["settle_mark"] = {"$literal": mark}
-    return [_started(now), {"$set": done}, {"$unset": ["lease_expires_at", "worker_id", "live_key"]}]
 
 
 def _seconds(value: object, name: str) -> float:

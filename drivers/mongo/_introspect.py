@@ -1,44 +1,25 @@
-"""Reads and operator verbs of the MongoDB driver (rules O and C10).
+"""The MongoDB driver's :class:`~jobcore.door.IntrospectBackend` (rules O, C10, R01).
 
-Single-job verbs are one conditional write whose filter carries the verb's state guard;
-only when it matched nothing does a read decide which refusal to raise. Bulk verbs pick
-up to ``limit`` candidate ids (oldest first), then move them with one write whose filter
+Arguments arrive checked by :class:`~jobcore.door.IntrospectDoor`. Single-job verbs are
+one conditional write whose filter carries the states the door gave; only when it
+matched nothing does a read tell the door what it found. Bulk verbs pick up to
+``limit`` candidate ids (oldest first), then move them with one write whose filter
 repeats the guard, so a row that changed state in between is simply not moved.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
 from pymongo import errors as pe
 from pymongo.collection import Collection
 
-from jobcore import validate as v
-from jobcore.driver import Duration
-from jobcore.errors import (
-    JobDuplicate,
-    JobNotFound,
-    JobNotPromotable,
-    JobNotRemovable,
-    JobNotRequeueable,
-    JobNotResumable,
-)
-from jobcore.records import (
-    FINISHED_STATES,
-    LIVE_STATES,
-    BulkResult,
-    Job,
-    JobFilter,
-    JobState,
-    Page,
-    PruneResult,
-    RescueResult,
-    RetentionPolicy,
-    Stats,
-)
-from jobcore.vocabulary import CANCELLED_ENTRY, LEASE_EXPIRED, LEASE_EXPIRED_TEXT
+from jobcore.door._introspect import Refused, Spacing, prune_cutoffs
+from jobcore.records import BulkResult, Job, JobFilter, JobState, PruneResult, RescueResult, Stats
+from jobcore.vocabulary import CANCELLED_ENTRY, CLAIMABLE_STATES, LEASE_EXPIRED, LEASE_EXPIRED_TEXT, MAX_PRUNE_ROWS
 
 from . import _docs as d
 from ._errors import translated
@@ -46,63 +27,47 @@ from ._errors import translated
 if TYPE_CHECKING:
     from . import MongoDriver
 
-__all__ = ["MongoIntrospector"]
+__all__ = ["MongoIntrospect"]
 
 Doc = dict[str, Any]
-# Aliases: inside the class, the name `list` is the decorated listing method.
 JobList = list[Job]
 DocList = list[Doc]
 IdList = list[int]
-_CANCELLED_TEXT = "cancelled by an operator"
-_NOT_RUNNING = frozenset(JobState) - {JobState.RUNNING}
+_NOTHING: Doc = {"_id": {"$in": []}}
 
 
-class MongoIntrospector:
-    """The :class:`~jobcore.driver.Introspector` of the MongoDB driver."""
+class MongoIntrospect:
+    """Reads, operator verbs and retention over the driver's jobs collection."""
 
     def __init__(self, driver: MongoDriver, jobs: Collection[Doc]) -> None:
         self._d, self._jobs = driver, jobs
-        self._bounds = driver._bounds
+        self._bounds = driver._bounds  # read by @translated
+
+    def __repr__(self) -> str:
+        return "MongoIntrospect()"
 
     # -- reads -------------------------------------------------------------------------------
 
     @translated
-    def get(self, job_id: str) -> Job | None:
-        seq = d.parse_id(v.check_id(job_id))
-        doc = None if seq is None else self._jobs.find_one({"_id": seq})
+    def get(self, seq: int) -> Job | None:
+        doc = self._jobs.find_one({"_id": seq})
         return None if doc is None else d.to_job(doc)
 
     @translated
-    def list(
-        self, filter: JobFilter | None = None, limit: int = v.DEFAULT_PAGE, *,
-        after: str | None = None, before: str | None = None,
-    ) -> Page:
-        flt = v.check_filter(filter)
-        size, after_seq, before_seq = v.check_page(limit, after, before)
-        query = d.filter_query(flt)
-        if query is None:  # an empty set of states matches nothing
-            return Page(jobs=())
-        if before_seq is not None:
-            # The rows just newer than the cursor, read oldest first, shown newest first.
-            found = list(self._jobs.find(_and(query, {"_id": {"$gt": before_seq}})).sort("_id", 1).limit(size + 1))
-            rows = list(reversed(found[:size]))
-            return Page(
-                jobs=tuple(d.to_job(r) for r in rows),
-                after=v.encode_cursor(rows[-1]["_id"]) if rows else None,
-                before=v.encode_cursor(rows[0]["_id"]) if len(found) > size else None,
-            )
-        bound = query if after_seq is None else _and(query, {"_id": {"$lt": after_seq}})
-        rows = list(self._jobs.find(bound).sort("_id", DESCENDING).limit(size))
-        return Page(
-            jobs=tuple(d.to_job(r) for r in rows),
-            after=v.encode_cursor(rows[-1]["_id"]) if len(rows) == size else None,
-            before=v.encode_cursor(rows[0]["_id"]) if rows and after_seq is not None else None,
-        )
+    def list_older(self, flt: JobFilter, limit: int, below: int | None) -> JobList:
+        query = _query(flt)
+        bound = query if below is None else _and(query, {"_id": {"$lt": below}})
+        return [d.to_job(r) for r in self._jobs.find(bound).sort("_id", DESCENDING).limit(limit)]
+
+    @translated
+    def list_newer(self, flt: JobFilter, limit: int, above: int) -> JobList:
+        bound = _and(_query(flt), {"_id": {"$gt": above}})
+        return [d.to_job(r) for r in self._jobs.find(bound).sort("_id", ASCENDING).limit(limit)]
 
     @translated
     def stats(self) -> Stats:
         now = self._d._now()
-        due = {"state": d.states_in((JobState.READY, JobState.SCHEDULED)), "run_at": {"$lte": now}}
+        due = {"state": d.states_in(CLAIMABLE_STATES), "run_at": {"$lte": now}}
         # One round trip for both answers: $facet runs the two groupings over one read.
         found = next(self._jobs.aggregate([{"$facet": {
             "counts": [{"$group": {"_id": {"q": "$queue", "s": "$state"}, "n": {"$sum": 1}}}],
@@ -115,11 +80,9 @@ class MongoIntrospector:
         return Stats(counts=counts, oldest_due_age=oldest)
 
     @translated
-    def dead_letters(self, queue: str | None = None, limit: int = v.DEFAULT_PAGE) -> JobList:
-        name = v.check_name(queue, "queue", optional=True)
-        size = v.check_int(limit, "limit", 1, v.MAX_PAGE)
-        query: Doc = {"state": JobState.DEAD.value} if name is None else {"state": JobState.DEAD.value, "queue": name}
-        rows = self._jobs.find(query).sort([("finished_at", DESCENDING), ("_id", DESCENDING)]).limit(size)
+    def dead_letters(self, queue: str | None, limit: int) -> JobList:
+        query: Doc = {"state": JobState.DEAD.value} if queue is None else {"state": JobState.DEAD.value, "queue": queue}
+        rows = self._jobs.find(query).sort([("finished_at", DESCENDING), ("_id", DESCENDING)]).limit(limit)
         return [d.to_job(r) for r in rows]
 
     # -- single-job verbs --------------------------------------------------------------------
@@ -143,124 +106,87 @@ class MongoIntrospector:
         )
         return RescueResult(requeued=moved.modified_count, buried=tuple(buried))
 
-    def _cancel_update(self, reason: str | None, now: datetime) -> DocList:
-        text = _CANCELLED_TEXT if reason is None else v.error_entry(reason)[1]
-        return [d.append_error(CANCELLED_ENTRY, text, now), *d.finish_stages(JobState.CANCELLED.value, now)]
+    def _cancel_update(self, message: str, now: datetime) -> DocList:
+        return [d.append_error(CANCELLED_ENTRY, message, now), *d.finish_stages(JobState.CANCELLED.value, now)]
 
     @translated
-    def cancel(self, job_id: str, reason: str | None = None) -> Job | None:
-        seq = d.parse_id(v.check_id(job_id))
-        update = self._cancel_update(reason, self._d._now())
-        if seq is None:
-            return None
+    def cancel(self, seq: int, states: frozenset[JobState], message: str) -> Job | None:
         doc = self._jobs.find_one_and_update(
-            {"_id": seq, "state": d.states_in(LIVE_STATES)}, update, return_document=ReturnDocument.AFTER,
+            {"_id": seq, "state": d.states_in(states)}, self._cancel_update(message, self._d._now()),
+            return_document=ReturnDocument.AFTER,
         )
         return None if doc is None else d.to_job(doc)
 
-    def _refusal(self, job_id: str, seq: int | None, refuse: type[Exception], wanted: str) -> Exception:
-        doc = None if seq is None else self._jobs.find_one({"_id": seq}, {"state": 1})
-        if doc is None:
-            return JobNotFound(f"no job has id {job_id!r:.60}")
-        return refuse(f"job {job_id} is {doc['state']}, not {wanted}")
+    def _found(self, seq: int) -> Refused | None:
+        doc = self._jobs.find_one({"_id": seq}, {"state": 1})
+        return None if doc is None else Refused(JobState(doc["state"]))
 
     @translated
-    def requeue(self, job_id: str) -> Job:
-        seq = d.parse_id(v.check_id(job_id))
+    def requeue(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
         self._d._ensure()
         now = self._d._now()
-        if seq is not None:
-            try:
-                doc = self._jobs.find_one_and_update(
-                    {"_id": seq, "state": d.states_in(FINISHED_STATES)}, _requeue_update(now, now),
-                    return_document=ReturnDocument.AFTER,
-                )
-            except pe.DuplicateKeyError as exc:
-                if not d.key_clash(exc.details or {}):
-                    raise
-                raise self._duplicate(job_id, seq) from exc  # the partial unique index: a live job holds the key
-            if doc is not None:
-                return d.to_job(doc)
-        raise self._refusal(job_id, seq, JobNotRequeueable, "finished")
-
-    def _duplicate(self, job_id: str, seq: int) -> JobDuplicate:
-        mine = self._jobs.find_one({"_id": seq}, {"name": 1, "key": 1}) or {}
-        holder = self._jobs.find_one({"name": mine.get("name"), "live_key": mine.get("key")}, {"_id": 1})
-        held_by = "another live job" if holder is None else f"live job {holder['_id']}"
-        return JobDuplicate(f"job {job_id}'s key {mine.get('key')!r} is held by {held_by}")
-
-    @translated
-    def remove(self, job_id: str) -> Job | None:
-        seq = d.parse_id(v.check_id(job_id))
-        if seq is None:
-            return None
-        doc = self._jobs.find_one_and_delete({"_id": seq, "state": {"$ne": JobState.RUNNING.value}})
-        if doc is not None:
-            return d.to_job(doc)
-        if self._jobs.find_one({"_id": seq}, {"_id": 1}) is None:
-            return None
-        raise JobNotRemovable(f"job {job_id} is running")
-
-    def _make_due(self, job_id: str, state: JobState, refuse: type[Exception]) -> Job:
-        seq = d.parse_id(v.check_id(job_id))
-        if seq is not None:
+        try:
             doc = self._jobs.find_one_and_update(
-                {"_id": seq, "state": state.value},
-                # an update pipeline, so the attempt cap reads the row's own fields in the same operation
-                [{"$set": {
-                    "state": JobState.READY.value, "run_at": self._d._now(),
-                    "attempt": {"$min": ["$attempt", {"$subtract": ["$max_attempts", 1]}]},
-                }}],
+                {"_id": seq, "state": d.states_in(states)}, _requeue_update(now, now),
                 return_document=ReturnDocument.AFTER,
             )
-            if doc is not None:
-                return d.to_job(doc)
-        raise self._refusal(job_id, seq, refuse, state.value)
+        except pe.DuplicateKeyError as exc:
+            if not d.key_clash(exc.details or {}):
+                raise
+            return self._clash(seq)  # the partial unique index: a live job holds the key
+        return d.to_job(doc) if doc is not None else self._found(seq)
+
+    def _clash(self, seq: int) -> Refused | None:
+        mine = self._jobs.find_one({"_id": seq}, {"state": 1, "name": 1, "key": 1})
+        if mine is None:
+            return None
+        holder = self._jobs.find_one({"name": mine.get("name"), "live_key": mine.get("key")}, {"_id": 1})
+        return Refused(
+            JobState(mine["state"]), mine.get("key"), None if holder is None else str(holder["_id"]), clash=True,
+        )
 
     @translated
-    def promote(self, job_id: str) -> Job:
-        return self._make_due(job_id, JobState.SCHEDULED, JobNotPromotable)
+    def remove(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
+        doc = self._jobs.find_one_and_delete({"_id": seq, "state": d.states_in(states)})
+        return d.to_job(doc) if doc is not None else self._found(seq)
 
     @translated
-    def resume(self, job_id: str) -> Job:
-        return self._make_due(job_id, JobState.SUSPENDED, JobNotResumable)
+    def make_due(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
+        doc = self._jobs.find_one_and_update(
+            {"_id": seq, "state": d.states_in(states)},
+            # an update pipeline, so the attempt cap reads the row's own fields in the same operation
+            [{"$set": {
+                "state": JobState.READY.value, "run_at": self._d._now(),
+                "attempt": {"$min": ["$attempt", {"$subtract": ["$max_attempts", 1]}]},
+            }}],
+            return_document=ReturnDocument.AFTER,
+        )
+        return d.to_job(doc) if doc is not None else self._found(seq)
 
-    # -- bulk verbs: each applies its own guard whatever the filter says (O05) ------------
+    # -- bulk verbs: ``flt.state`` is the verb's guard already (O05) --------------------------
 
     def _pick(self, query: Doc, size: int) -> IdList:
         return [row["_id"] for row in self._jobs.find(query, {"_id": 1}).sort("_id", 1).limit(size)]
 
-    def _bulk(self, filter: JobFilter | None, limit: int, guard: frozenset[JobState]) -> tuple[Doc | None, int]:
-        flt, size = v.check_filter(filter), v.check_bulk_limit(limit)
-        return d.filter_query(flt, guard), size
-
     @translated
-    def cancel_many(
-        self, filter: JobFilter | None = None, *, reason: str | None = None, limit: int = v.MAX_BULK_ROWS,
-    ) -> BulkResult:
-        query, size = self._bulk(filter, limit, LIVE_STATES)
-        update = self._cancel_update(reason, self._d._now())
-        if query is None:
-            return BulkResult(affected=0, remaining=0)
-        ids = self._pick(query, size)
+    def cancel_many(self, flt: JobFilter, limit: int, message: str) -> BulkResult:
+        query = _query(flt)
+        update = self._cancel_update(message, self._d._now())
+        ids = self._pick(query, limit)
         moved = self._jobs.update_many(_and(query, {"_id": {"$in": ids}}), update) if ids else None
         return BulkResult(affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query))
 
     @translated
-    def remove_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
-        query, size = self._bulk(filter, limit, _NOT_RUNNING)
-        if query is None:
-            return BulkResult(affected=0, remaining=0)
-        ids = self._pick(query, size)
+    def remove_many(self, flt: JobFilter, limit: int) -> BulkResult:
+        query = _query(flt)
+        ids = self._pick(query, limit)
         gone = self._jobs.delete_many(_and(query, {"_id": {"$in": ids}})) if ids else None
         return BulkResult(affected=gone.deleted_count if gone else 0, remaining=self._jobs.count_documents(query))
 
     @translated
-    def promote_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
-        query, size = self._bulk(filter, limit, frozenset({JobState.SCHEDULED}))
-        if query is None:
-            return BulkResult(affected=0, remaining=0)
-        ids = self._pick(query, size)
+    def promote_many(self, flt: JobFilter, limit: int) -> BulkResult:
+        query = _query(flt)
+        ids = self._pick(query, limit)
         update = {"$set": {"state": JobState.READY.value, "run_at": self._d._now()}}
         moved = self._jobs.update_many(_and(query, {"_id": {"$in": ids}}), update) if ids else None
         return BulkResult(affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query))
@@ -289,23 +215,17 @@ class MongoIntrospector:
         return out
 
     @translated
-    def requeue_many(
-        self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS, spread: Duration | None = None,
-    ) -> BulkResult:
-        query, size = self._bulk(filter, limit, FINISHED_STATES)
-        window = None if spread is None else v.check_spread(spread)
-        if query is None:
-            return BulkResult(affected=0, remaining=0)
+    def requeue_many(self, flt: JobFilter, limit: int, spacing: Spacing) -> BulkResult:
+        query = _query(flt)
         self._d._ensure()
         now = self._d._now()
-        ids = self._requeueable(query)[:size]
-        window = v.default_spread(len(ids)) if window is None else window
+        ids = self._requeueable(query)[:limit]
         affected = 0
         if ids:
-            guard = d.states_in(FINISHED_STATES)
+            guard = d.states_in(flt.state or ())
             ops = [
-                UpdateOne({"_id": seq, "state": guard}, _requeue_update(now, v.spread_run_at(now, window, i, len(ids))))
-                for i, seq in enumerate(ids)
+                UpdateOne({"_id": seq, "state": guard}, _requeue_update(now, now + offset))
+                for seq, offset in zip(ids, spacing(len(ids)), strict=True)
             ]
             try:
                 affected = self._jobs.bulk_write(ops, ordered=False).modified_count
@@ -318,17 +238,13 @@ class MongoIntrospector:
     # -- retention (R01) ---------------------------------------------------------------------
 
     @translated
-    def prune(
-        self, policy: RetentionPolicy | None = None, *, limit: int = v.DEFAULT_PRUNE_ROWS,
-        batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
-    ) -> PruneResult:
-        rules, size, step = v.check_prune(policy, limit, batch, dry_run=dry_run)
-        cutoffs = v.prune_cutoffs(rules, self._d._now())
-        removed = dict.fromkeys(sorted(FINISHED_STATES), 0)
-        remaining = dict.fromkeys(sorted(FINISHED_STATES), 0)
+    def prune(self, ages: Mapping[JobState, timedelta], limit: int, batch: int, dry_run: bool) -> PruneResult:
+        cutoffs = prune_cutoffs(ages, self._d._now())
+        removed = dict.fromkeys(cutoffs, 0)
+        remaining = dict.fromkeys(cutoffs, 0)
         picked_total = 0
-        while cutoffs and not dry_run and picked_total < size:
-            want = min(step, size - picked_total)
+        while not dry_run and picked_total < limit:
+            want = min(batch, limit - picked_total)
             # The oldest `want` of each state (each an index range read of jc_finished,
             # backwards), merged here: a hint per state holds on every server, where one
             # $or query would leave the merge to the planner.
@@ -350,9 +266,15 @@ class MongoIntrospector:
         # least this many"), so answering never costs a scan of the whole history.
         for state, cutoff in cutoffs.items():
             remaining[state] = self._jobs.count_documents(
-                prune_query(state, cutoff), limit=v.MAX_PRUNE_ROWS, hint=FINISHED_INDEX,
+                prune_query(state, cutoff), limit=MAX_PRUNE_ROWS, hint=FINISHED_INDEX,
             )
         return PruneResult(removed=removed, remaining=remaining)
+
+
+def _query(flt: JobFilter) -> Doc:
+    """The query of a filter the door checked and narrowed (its states never empty)."""
+    query = d.filter_query(flt)
+    return _NOTHING if query is None else query
 
 
 FINISHED_INDEX = "jc_finished"

@@ -1,23 +1,23 @@
-"""Fleet-wide counted slots (rules K) in ``<prefix>leases``: one document per key, a ``slots`` array.
+"""The MongoDB driver's :class:`~jobcore.door.LeasesBackend` (rules K): one ``<prefix>leases`` document per key.
 
-Each verb is one atomic single-document write. ``acquire`` is an upserting pipeline
-update that drops expired slots, refreshes the holder's own slot, or appends a new one
-only while fewer than ``limit`` live slots remain; the answer is whether the holder's
-slot is in the document it wrote. Concurrent acquirers of one key serialize on that
-document, so the count can never exceed ``limit``.
+A key's slots are its document's ``slots`` array. Each verb is one atomic
+single-document write. ``acquire`` is an upserting pipeline update that drops expired
+slots, refreshes the holder's own slot, or appends a new one only while fewer than
+``limit`` live slots remain; the answer is whether the holder's slot is in the document
+it wrote. Concurrent acquirers of one key serialize on that document, so the count can
+never exceed ``limit``.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pymongo import ReturnDocument
 from pymongo import errors as pe
 from pymongo.collection import Collection
 
-from jobcore import validate as v
 from jobcore.clock import to_millis
-from jobcore.driver import Duration
 
 from ._errors import translated
 
@@ -28,19 +28,16 @@ __all__ = ["MongoLeases"]
 
 
 class MongoLeases:
-    """The :class:`~jobcore.driver.LeaseStore` of the MongoDB driver."""
+    """Counted slots with expiry (rules K), one document per key, on checked values."""
 
     def __init__(self, driver: MongoDriver, collection: Collection[dict[str, Any]]) -> None:
         self._driver, self._slots = driver, collection
         self._bounds = driver._bounds
 
     @translated
-    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        count = v.check_int(limit, "limit", 1, 1_000_000)
-        span = v.check_lease(ttl, "ttl")
+    def acquire(self, key: str, limit: int, holder: str, ttl: timedelta) -> bool:
         now = self._driver._now()
-        expires = to_millis(now + span)
+        expires = to_millis(now + ttl)
         me = {"$literal": holder}
         live = {"$filter": {"input": {"$ifNull": ["$slots", []]}, "as": "s", "cond": {"$gt": ["$$s.expires", now]}}}
         # "$slots.holder" on an empty array differs between servers; $map does not.
@@ -54,7 +51,7 @@ class MongoLeases:
                     "$cond": [{"$eq": ["$$s.holder", me]}, mine, "$$s"],
                 }}},
                 {"$cond": [
-                    {"$lt": [{"$size": "$slots"}, count]}, {"$concatArrays": ["$slots", [mine]]}, "$slots",
+                    {"$lt": [{"$size": "$slots"}, limit]}, {"$concatArrays": ["$slots", [mine]]}, "$slots",
                 ]},
             ]}}},
         ]
@@ -74,19 +71,16 @@ class MongoLeases:
         return doc is not None and any(slot.get("holder") == holder for slot in doc.get("slots", ()))
 
     @translated
-    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
-        span = v.check_lease(ttl, "ttl")
+    def renew(self, key: str, holder: str, ttl: timedelta) -> bool:
         now = self._driver._now()
         found = self._slots.update_one(
             {"_id": key, "slots": {"$elemMatch": {"holder": holder, "expires": {"$gt": now}}}},
-            {"$set": {"slots.$[mine].expires": to_millis(now + span)}},
+            {"$set": {"slots.$[mine].expires": to_millis(now + ttl)}},
             array_filters=[{"mine.holder": holder}],
         )
         return found.matched_count == 1
 
     @translated
     def release(self, key: str, holder: str) -> bool:
-        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
         found = self._slots.update_one({"_id": key, "slots.holder": holder}, {"$pull": {"slots": {"holder": holder}}})
         return found.modified_count == 1

@@ -1,4 +1,4 @@
-"""The MongoDB driver's :class:`~jobcore.driver.ScheduleStore` (rules P), crash-safe without transactions.
+"""The MongoDB driver's :class:`~jobcore.door.SchedulesBackend` (rules P), crash-safe without transactions.
 
 One document per schedule in ``<prefix>schedules``, ``_id`` = the schedule name::
 
@@ -45,7 +45,8 @@ from pymongo.collection import Collection
 
 from jobcore import validate as v
 from jobcore.errors import BackendFailure
-from jobcore.records import LIVE_STATES, JobSpec, Schedule, ScheduleOutcome
+from jobcore.records import Schedule, ScheduleOutcome
+from jobcore.vocabulary import LIVE_STATES
 
 from . import _docs as d
 from ._errors import translated
@@ -58,7 +59,8 @@ __all__ = ["MongoSchedules"]
 Doc = dict[str, Any]
 _ATTEMPTS = 16
 """Rounds a verb retries when a concurrent writer changed the document under it."""
-_LIVE = sorted(s.value for s in LIVE_STATES)
+_LIVE = sorted(state.value for state in LIVE_STATES)
+"""The live states (P03 overlap), from :data:`jobcore.vocabulary.LIVE_STATES`."""
 
 
 def _when(value: Any) -> datetime | None:
@@ -77,7 +79,7 @@ def to_schedule(doc: Doc) -> Schedule:
 
 
 class MongoSchedules:
-    """Periodic schedules' declarations and watermarks (rules P) on MongoDB."""
+    """Periodic schedules' declarations and watermarks (rules P) on MongoDB, on checked values."""
 
     def __init__(self, driver: MongoDriver, collection: Collection[Doc]) -> None:
         self._d, self._docs = driver, collection
@@ -123,35 +125,32 @@ class MongoSchedules:
     # -- the protocol ------------------------------------------------------------------------
 
     @translated
-    def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
-        key = v.check_schedule_name(name)
-        text = v.check_schedule_definition(definition)
-        begin = None if start is None else v.check_time(start, "start")
+    def declare(self, name: str, definition: str, start: datetime | None) -> Schedule:
         self._d._ensure()
         now = self._d._now()
         fresh = {
-            "definition": text, "watermark": now if begin is None else begin, "paused": False,
+            "definition": definition, "watermark": now if start is None else start, "paused": False,
             "created_at": now, "updated_at": now,
         }
         for _ in range(_ATTEMPTS):
             try:
-                made = self._docs.update_one({"_id": key}, {"$setOnInsert": fresh}, upsert=True)
+                made = self._docs.update_one({"_id": name}, {"$setOnInsert": fresh}, upsert=True)
             except pe.DuplicateKeyError:  # racing first declarers: the loser finds the document
                 continue
             if made.upserted_id is None:
                 self._docs.update_one(
-                    {"_id": key, "definition": {"$ne": text}}, {"$set": {"definition": text, "updated_at": now}},
+                    {"_id": name, "definition": {"$ne": definition}},
+                    {"$set": {"definition": definition, "updated_at": now}},
                 )
-            doc = self._settled(self._docs.find_one({"_id": key}))
+            doc = self._settled(self._docs.find_one({"_id": name}))
             if doc is not None:
                 return to_schedule(doc)
-        raise BackendFailure(f"schedule {key!r:.60} kept disappearing while being declared")
+        raise BackendFailure(f"schedule {name!r:.60} kept disappearing while being declared")
 
     @translated
     def get(self, name: str) -> Schedule | None:
-        key = v.check_schedule_name(name)
         self._d._ensure()
-        doc = self._settled(self._docs.find_one({"_id": key}))
+        doc = self._settled(self._docs.find_one({"_id": name}))
         return None if doc is None else to_schedule(doc)
 
     @translated
@@ -162,33 +161,31 @@ class MongoSchedules:
             settled = self._settled(doc)
             if settled is not None:
                 found.append(to_schedule(settled))
-        return sorted(found, key=lambda s: s.name)
+        return found
 
     @translated
     def fire(
-        self, name: str, *, expected: datetime, occurrence: datetime, job: JobSpec | None,
-        outcome: ScheduleOutcome | str = ScheduleOutcome.FIRED, overlap: bool = True,
+        self, name: str, *, expected: datetime, occurrence: datetime, job: v.StoreTimedJob | None,
+        outcome: ScheduleOutcome, overlap: bool,
     ) -> Schedule | None:
-        key = v.check_schedule_name(name)
-        old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
         dr = self._d
         now = dr._now()
-        spec = None if job is None else v.new_jobs([job], now=now, default_max_attempts=dr._default_max_attempts)[0]
+        spec = None if job is None else job.resolve(now)
         dr._ensure()
         reserved: int | None = None
         for _ in range(_ATTEMPTS):
-            doc = self._settled(self._docs.find_one({"_id": key}))
-            if doc is None or doc.get("paused") or doc["watermark"] != old:
+            doc = self._settled(self._docs.find_one({"_id": name}))
+            if doc is None or doc.get("paused") or doc["watermark"] != expected:
                 return None
             previous = doc.get("last_job_id")
-            skip = not allow_overlap and previous is not None and self._live(previous)
-            changes: Doc = {"watermark": new, "last_fired_at": now, "updated_at": now,
-                            "last_outcome": (ScheduleOutcome.SKIPPED_OVERLAP if skip else result).value}
+            skip = not overlap and previous is not None and self._live(previous)
+            changes: Doc = {"watermark": occurrence, "last_fired_at": now, "updated_at": now,
+                            "last_outcome": (ScheduleOutcome.SKIPPED_OVERLAP if skip else outcome).value}
             if spec is not None and not skip:
                 if reserved is None:  # reserved before the compare-and-set; a lost race leaves a gap in ids
                     reserved = dr._next_seqs(1)
                 changes["pending"] = {"job": d.new_document(reserved, spec, now)}
-            query: Doc = {"_id": key, "watermark": old, "paused": False, "pending": {"$exists": False},
+            query: Doc = {"_id": name, "watermark": expected, "paused": False, "pending": {"$exists": False},
                           "last_job_id": previous if previous is not None else {"$exists": False}}
             won = self._docs.find_one_and_update(query, {"$set": changes}, return_document=ReturnDocument.AFTER)
             if won is not None:
@@ -196,7 +193,7 @@ class MongoSchedules:
                 return None if settled is None else to_schedule(settled)
             # Lost: the watermark moved, the schedule was paused or removed (the next read
             # answers None), or a firing completed in between (the next read retries).
-        raise BackendFailure(f"schedule {key!r:.60} kept changing while firing", "retry the firing")
+        raise BackendFailure(f"schedule {name!r:.60} kept changing while firing", "retry the firing")
 
     def _live(self, job_id: int) -> bool:
         """Whether the schedule's previous job is still live (P03); a pruned one is not."""
@@ -204,30 +201,27 @@ class MongoSchedules:
 
     @translated
     def pause(self, name: str) -> Schedule | None:
-        key = v.check_schedule_name(name)
         self._d._ensure()
         now = self._d._now()
-        self._docs.update_one({"_id": key, "paused": False}, {"$set": {"paused": True, "updated_at": now}})
-        return self.get(key)
+        self._docs.update_one({"_id": name, "paused": False}, {"$set": {"paused": True, "updated_at": now}})
+        return self.get(name)
 
     @translated
     def resume(self, name: str) -> Schedule | None:
-        key = v.check_schedule_name(name)
         self._d._ensure()
         now = self._d._now()
         # One atomic write: unpause, move updated_at, lift a watermark left in the past. A
         # running schedule does not match, so resuming it changes nothing.
         doc = self._docs.find_one_and_update(
-            {"_id": key, "paused": True}, {"$set": {"paused": False, "updated_at": now}, "$max": {"watermark": now}},
+            {"_id": name, "paused": True}, {"$set": {"paused": False, "updated_at": now}, "$max": {"watermark": now}},
             return_document=ReturnDocument.AFTER,
         )
         if doc is None:
-            return self.get(key)
+            return self.get(name)
         settled = self._settled(doc)
         return None if settled is None else to_schedule(settled)
 
     @translated
     def remove(self, name: str) -> bool:
-        key = v.check_schedule_name(name)
         self._d._ensure()
-        return self._docs.delete_one({"_id": key}).deleted_count == 1
+        return self._docs.delete_one({"_id": name}).deleted_count == 1

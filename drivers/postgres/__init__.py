@@ -43,13 +43,12 @@ or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, Literal, overload
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -58,22 +57,24 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
+from jobcore.door import FrontDoor, IntrospectDoor, LeasesDoor, SchedulesDoor
 from jobcore.driver import Duration
 from jobcore.errors import (
     BackendAuthFailed,
     BackendUnavailable,
-    NotSupported,
     OptionInvalid,
     SchemaOutdated,
     UrlInvalid,
     redact,
     secrets_of,
 )
-from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
+from jobcore.records import Job, Migration
 
 from . import _schema
 from ._errors import origin, route_pool_logging, translate, translated
-from ._introspect import PostgresIntrospector, PostgresLeases
+from ._introspect import PostgresIntrospect
+from ._jobs import PostgresJobs
+from ._leases import PostgresLeases
 from ._notify import Listener, channel_for
 from ._pool import (
     CLOCK_READ_TIMEOUT,
@@ -85,47 +86,16 @@ from ._pool import (
     bounded,
     connect_kwargs,
 )
-from ._rows import EPOCH, decode_stored, job_from_row, parse_id
+from ._rows import EPOCH
 from ._schedules import PostgresSchedules
 from ._sql import Statements
 
 __all__ = ["PostgresDriver", "make_pool"]
 
 Row = tuple[Any, ...]
-_MAX_HOLDER_RETRIES = 5
 _MS = timedelta(milliseconds=1)
 _FAILURE_CHECK = 0.1
 """Seconds between looks at a caller's pool's last failed attempt while waiting for a connection."""
-
-
-def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
-    """``(id, worker_id, claim_no)`` as the row holds them, or None for a token no row can match."""
-    job_id, worker, claim_no = token.job_id, token.worker_id, v.token_claim_no(token)
-    if claim_no is None:
-        return None
-    ident = parse_id(job_id) if isinstance(job_id, str) else None
-    if ident is None or not isinstance(worker, str):
-        return None
-    return ident, worker, claim_no
-
-
-def _fenced(tokens: Sequence[ClaimToken]) -> tuple[list[tuple[int, str, int]], list[list[int]]]:
-    """The distinct tokens a row can match, as ``(id, worker_id, claim_no)`` items, and for
-    each item the input positions holding that token (a token given twice answers twice)."""
-    items: list[tuple[int, str, int]] = []
-    where: list[list[int]] = []
-    position: dict[tuple[int, str, int], int] = {}
-    for index, token in enumerate(tokens):
-        ident = _token_row(token)
-        if ident is None:
-            continue
-        at = position.get(ident)
-        if at is None:
-            position[ident] = at = len(items)
-            items.append(ident)
-            where.append([])
-        where[at].append(index)
-    return items, where
 
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
@@ -212,45 +182,6 @@ def make_pool(
     )
 
 
-def _inserted(id_: int, new: v.StoreTimedJob, due: tuple[datetime, JobState], now: datetime) -> Job:
-    """The job a keyless insert stored: what was sent (checked, UTC, to the millisecond),
-    its due time and state as the statement decided them on ``now`` (the store's), and its
-    id, with no row to read back."""
-    return Job(
-        id=str(id_), name=new.name, queue=new.queue, payload=decode_stored(new.payload), state=due[1],
-        priority=new.priority, max_attempts=new.max_attempts, run_at=due[0], created_at=now,
-    )
-
-
-def _built(rows: Sequence[Row], news: Sequence[v.StoreTimedJob], now: datetime) -> list[Job]:
-    """The jobs of a keyless insert, from the ids it answered (in input order) and the store's ``now``."""
-    jobs = []
-    shape: tuple[datetime | None, timedelta] | None = None
-    due: tuple[datetime, JobState] = (now, JobState.READY)
-    for row, new in zip(rows, news, strict=True):
-        if shape is None or new.run_at is not shape[0] or new.delay != shape[1]:  # a batch mostly shares one
-            shape, due = (new.run_at, new.delay), new.due(now)
-        jobs.append(_inserted(row[0], new, due, now))
-    return jobs
-
-
-def _store_now(epoch_ms: int) -> datetime:
-    """The store's now as a statement answered it (epoch milliseconds)."""
-    return EPOCH + timedelta(milliseconds=epoch_ms)
-
-
-def _enqueue_items(news: Sequence[v.StoreTimedJob]) -> str:
-    """The ``items`` parameter of the enqueue statements: one JSON array of rows (see ``_sql.ENQUEUE``)."""
-    rows = []
-    stamp: datetime | None = None
-    text: str | None = None
-    for n in news:
-        if n.run_at is not stamp:  # a batch mostly shares one due time: write it once
-            stamp, text = n.run_at, None if n.run_at is None else n.run_at.isoformat()
-        rows.append([n.name, n.queue, n.payload, n.delay // _MS, n.priority, text, n.max_attempts, n.key])
-    return json.dumps(rows)
-
-
 _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "schema": str,
     "auto_migrate": lambda s: s.lower() in ("1", "true", "yes", "on"),
@@ -264,7 +195,7 @@ _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
 }
 
 
-class PostgresDriver:
+class PostgresDriver(FrontDoor):
     """The PostgreSQL :class:`~jobcore.driver.JobDriver`.
 
     Args:
@@ -295,8 +226,6 @@ class PostgresDriver:
             pooler lacks the ``notify`` capability and workers poll.
     """
 
-    _CAPABILITIES = frozenset({"shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
-
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, auto_migrate: bool = False,
@@ -309,7 +238,9 @@ class PostgresDriver:
         self._injected = clock
         """The clock standing in for the store's, or None: the statements read the store's."""
         self.clock: Clock = clock if clock is not None else StoreClock(self._read_store_time)
-        self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
+        jobs = PostgresJobs(self)
+        super().__init__(jobs, default_max_attempts=default_max_attempts)
+        self._insert = jobs.insert  # the schedules' fire enqueues inside its own transaction
         self.auto_migrate = bool(auto_migrate)
         statement, call = _timeouts(statement_timeout, call_timeout)
         self.call_timeout = None if call is None else call.total_seconds()
@@ -341,9 +272,9 @@ class PostgresDriver:
         self._schema_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._closed = False
-        self.leases = PostgresLeases(self)
-        self.introspect = PostgresIntrospector(self)
-        self.schedules = PostgresSchedules(self)
+        self.leases = LeasesDoor(PostgresLeases(self))
+        self.introspect = IntrospectDoor(PostgresIntrospect(self))
+        self.schedules = SchedulesDoor(PostgresSchedules(self), default_max_attempts=self._default_max_attempts)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresDriver:
@@ -403,14 +334,6 @@ class PostgresDriver:
         if self.listen_url is not None:
             own["listen_url"] = self.listen_url
         return own
-
-    @property
-    def capabilities(self) -> frozenset[str]:
-        """What this driver offers; ``notify`` unless a transaction pooler is in the way and
-        no ``listen_url`` was given (finding that out may take a connection)."""
-        if self.listen_url is not None or not self._behind_pooler():
-            return self._CAPABILITIES | {"notify"}
-        return self._CAPABILITIES
 
     def _behind_pooler(self) -> bool:
         """Whether a transaction pooler sits in between: configured, else as the first
@@ -555,15 +478,7 @@ class PostgresDriver:
         with translated(self.schema), self._connection() as conn, conn.transaction():
             yield conn
 
-    def _check_conn(self, connection: object) -> psycopg.Connection[Any] | None:
-        if connection is None or isinstance(connection, psycopg.Connection):
-            return connection
-        raise OptionInvalid(
-            f"connection must be a psycopg Connection, got {type(connection).__name__}",
-            "pass the psycopg.Connection whose transaction the job should join",
-        )
-
-    # -- enqueue -----------------------------------------------------------------------
+    # -- the public extra: enqueue inside the caller's transaction (transactional_enqueue) --
 
     def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
@@ -571,217 +486,21 @@ class PostgresDriver:
         key: str | None = None, connection: psycopg.Connection[Any] | None = None,
     ) -> Job:
         """Store one job (E01, E02); ``connection=`` joins the caller's transaction."""
-        conn = self._check_conn(connection)
-        new = v.new_job(
-            name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
+        if connection is None:
+            return super().enqueue(
+                name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                max_attempts=max_attempts, key=key,
+            )
+        return self._enqueue_in(
+            connection, "connection", name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            max_attempts=max_attempts, key=key,
         )
-        return self._insert([new], conn)[0]
 
     def enqueue_many(self, specs: Iterable[Any], *, connection: psycopg.Connection[Any] | None = None) -> list[Job]:
         """Store a batch in one round trip (E05); ``connection=`` joins the caller's transaction."""
-        conn = self._check_conn(connection)
-        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
-        return self._insert(news, conn) if news else []
+        return self._enqueue_many_in(connection, "connection", specs)
 
-    def _insert(self, news: Sequence[v.StoreTimedJob], conn: psycopg.Connection[Any] | None) -> list[Job]:
-        """Insert checked jobs; the store decides their times (F01) and answers its now, from
-        which the keyless forms build each job as the statement stored it."""
-        now = self._now()
-        if len(news) == 1 and news[0].key is None:  # the common case: one statement of scalars
-            new = news[0]
-            rows = self._fetch(self.q.ENQUEUE_ONE, {
-                "name": new.name, "queue": new.queue, "payload": new.payload, "priority": new.priority,
-                "run_at": new.run_at, "delay_ms": new.delay // _MS, "max_attempts": new.max_attempts, "now": now,
-                "channel": self.channel,
-            }, conn=conn)
-            stamp = _store_now(rows[0][2])
-            return [_inserted(rows[0][0], new, new.due(stamp), stamp)]
-        if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
-            first = news[0]
-            shared = (first.name, first.queue, first.priority, first.run_at, first.delay, first.max_attempts)
-            if all((n.name, n.queue, n.priority, n.run_at, n.delay, n.max_attempts) == shared for n in news):
-                # Every item's text is canonical JSON, so joining them makes the JSON array.
-                rows = self._fetch(self.q.ENQUEUE_UNIFORM, {
-                    "payloads": f"[{','.join([n.payload for n in news])}]", "name": first.name,
-                    "queue": first.queue, "priority": first.priority, "run_at": first.run_at,
-                    "delay_ms": first.delay // _MS, "max_attempts": first.max_attempts, "now": now,
-                    "channel": self.channel,
-                }, conn=conn)
-            else:
-                rows = self._fetch(self.q.ENQUEUE_MANY, {
-                    "items": _enqueue_items(news), "now": now, "channel": self.channel,
-                }, conn=conn)
-            return _built(rows, news, _store_now(rows[0][1]))
-        answers: dict[int, Job] = {}
-        pending = list(range(len(news)))
-        for _ in range(_MAX_HOLDER_RETRIES):
-            batch = [news[i] for i in pending]
-            rows = self._fetch(
-                self.q.ENQUEUE, {"items": _enqueue_items(batch), "now": now, "channel": self.channel}, conn=conn
-            )
-            for row in rows:
-                index = pending[row[0] - 1]
-                answers.setdefault(index, job_from_row(row[2:], duplicate=row[1]))
-            missing = [i for i in pending if i not in answers]
-            # A key held by a row another transaction committed after this statement's
-            # snapshot: look the holder up with a fresh snapshot; if it already finished,
-            # the key is free and the next round inserts.
-            for index in missing:
-                found = self._fetch(self.q.KEY_HOLDER, {"name": news[index].name, "key": news[index].key}, conn=conn)
-                if found:
-                    answers[index] = job_from_row(found[0], duplicate=True)
-            pending = [i for i in missing if i not in answers]
-            if not pending:
-                return [answers[i] for i in range(len(news))]
-        raise BackendUnavailable(
-            "an idempotency key kept changing hands while enqueueing", "retry the enqueue"
-        )
-
-    # -- claim and settle ----------------------------------------------------------------
-
-    def claim(
-        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
-        drop_exhausted: Iterable[str] = (), start: bool = True,
-    ) -> ClaimResult:
-        names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
-        begin = v.check_bool(start, "start")
-        rows = self._fetch(self.q.CLAIM, {
-            "queues": list(names), "worker": worker, "limit": size, "now": self._now(), "lease_ms": span // _MS,
-            "drop": sorted(drop), "start": begin,
-        }, retry=True)
-        claimed: list[Claimed] = []
-        buried: list[Job] = []
-        for row in rows:
-            job = job_from_row(row[2:])
-            if row[0] == 0:
-                claimed.append(Claimed.positional(job, ClaimToken.positional(job.id, worker, job.claim_no)))
-            else:
-                buried.append(job)
-        return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
-
-    def _fence(self, token: ClaimToken) -> dict[str, Any] | None:
-        ident = _token_row(token)
-        return None if ident is None else {"id": ident[0], "worker": ident[1], "claim_no": ident[2]}
-
-    def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
-        v.check_token(token)
-        span = v.check_lease(lease)
-        fence = self._fence(token)
-        if fence is None:
-            return False
-        rows = self._fetch(self.q.HEARTBEAT, {**fence, "now": self._now(), "lease_ms": span // _MS}, retry=True)
-        return bool(rows)
-
-    def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
-        """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
-        checked = v.check_tokens(tokens)
-        answers = [False] * len(checked)
-        items, where = _fenced(checked)
-        if items:
-            # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
-            for (ordinal,) in self._fetch(self.q.START, {"items": json.dumps(items), "now": self._now()}, retry=True):
-                for index in where[ordinal - 1]:
-                    answers[index] = True
-        return answers
-
-    def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
-        return self.ack_many([(token, result)])[0]
-
-    @overload
-    def ack_many(
-        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
-    ) -> list[Job | None]: ...
-
-    @overload
-    def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
-
-    def ack_many(
-        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: bool = False
-    ) -> list[Job | None] | list[bool]:
-        lean = v.check_bool(landed_only, "landed_only")
-        checked = [
-            (v.check_token(token), None if result is None else v.encode_json(result, "result"))
-            for token, result in v.check_pairs(items)
-        ]
-        answers: list[Any] = [False if lean else None] * len(checked)
-        rows: list[list[Any]] = []  # [id, worker_id, claim_no, result] per distinct live token
-        where: list[int] = []
-        seen: set[tuple[int, str, int]] = set()
-        for index, (token, text) in enumerate(checked):
-            ident = _token_row(token)
-            if ident is None:
-                continue
-            if ident in seen:  # the same token twice: the first lands, the second finds it settled
-                continue
-            seen.add(ident)
-            rows.append([ident[0], ident[1], ident[2], text])
-            where.append(index)
-        if not rows:
-            return answers
-        params = {"items": json.dumps(rows), "now": self._now()}
-        if lean:
-            for (ordinal,) in self._fetch(self.q.ACK_MANY_LANDED, params):
-                answers[where[ordinal - 1]] = True
-            return answers
-        for row in self._fetch(self.q.ACK_MANY, params):
-            answers[where[row[0] - 1]] = job_from_row(row[1:])
-        return answers
-
-    def nack(
-        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
-        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
-    ) -> Job | None:
-        v.check_token(token)
-        type_name, message = v.error_entry(error)
-        due = None if retry_at is None else v.check_time(retry_at, "retry_at")
-        v.check_nack_flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
-        fence = self._fence(token)
-        if fence is None:
-            return None
-        rows = self._fetch(self.q.NACK, {
-            **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
-            "dead_letter": dead_letter, "type": type_name, "message": message, "now": self._now(),
-            "retry_at": due, "channel": self.channel,
-        })
-        return job_from_row(rows[0]) if rows else None
-
-    # -- wake-ups, schema, lifecycle -------------------------------------------------------
-
-    def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Listener:
-        names = v.check_claim(queues, "subscriber", 1, 1, ())[0]
-        if not callable(callback):
-            raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
-        pool_kwargs = self._pool.kwargs if isinstance(self._pool.kwargs, dict) else {}
-        conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
-        kwargs = {k: val for k, val in pool_kwargs.items() if k not in ("autocommit", "call_timeout", "session")}
-        if self.listen_url is not None:
-            conninfo = self.listen_url
-        elif self._behind_pooler():
-            raise NotSupported(
-                "wake-ups (LISTEN) cannot go through a transaction pooler, and no listen_url was given",
-                "pass listen_url=postgresql://... (the server itself) for wake-ups, or let workers poll",
-            )
-        bound = pool_kwargs.get("call_timeout", self.call_timeout)
-        listener = Listener(conninfo, kwargs, self.channel, names, callback, call_timeout=bound)
-        if listener.refused is not None:
-            listener.close()
-            raise OptionInvalid(
-                listener.refused, "give listen_url the PostgreSQL server itself (not the pooler), or let workers poll",
-            )
-        self._listeners.append(listener)
-        return listener
-
-    def migrate(self, *, dry_run: bool = False) -> Migration:
-        """Install or upgrade jobcore's schema; idempotent, safe to run from several processes.
-
-        ``dry_run=True`` only reads: the answer's ``statements`` are the SQL a real run
-        would execute, complete, for a DBA to apply (``jobcore migrate --sql``).
-        """
-        done = self._migrate(dry_run=dry_run)
-        if done.applied:  # a newer store was left alone: the first call checks it can be used
-            self._schema_ok = True
-        return done
+    # -- schema ------------------------------------------------------------------------
 
     def _migrate(self, *, dry_run: bool) -> Migration:
         # Never cut short by call_timeout: DDL on a large table takes what it takes.
@@ -795,14 +514,6 @@ class PostgresDriver:
             before=before, after=after, latest=_schema.LATEST, statements=tuple(statements), applied=not dry_run,
             language="sql",
         )
-
-    def close(self) -> None:
-        listeners, self._listeners = self._listeners, []
-        for listener in listeners:
-            listener.close()
-        if self._owns_pool and not self._closed:
-            self._pool.close()
-        self._closed = True
 
     def __repr__(self) -> str:
         return f"PostgresDriver(schema={self.schema!r}, clock={self.clock!r})"

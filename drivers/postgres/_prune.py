@@ -22,11 +22,12 @@ The two statements, ``PRUNE_BATCH`` and ``PRUNE_COUNT``, are in :mod:`._sql.prun
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
-from jobcore import validate as v
-from jobcore.records import FINISHED_STATES, JobState, PruneResult, RetentionPolicy
+from jobcore.records import JobState, PruneResult
+from jobcore.vocabulary import MAX_PRUNE_ROWS
 
 if TYPE_CHECKING:
     from . import PostgresDriver
@@ -35,7 +36,7 @@ __all__ = ["COUNT_CAP", "Pruner"]
 
 _US: Final = timedelta(microseconds=1)
 
-COUNT_CAP: Final = v.MAX_PRUNE_ROWS
+COUNT_CAP: Final = MAX_PRUNE_ROWS
 """Most eligible rows ``remaining`` counts per state (a larger backlog reads as this many)."""
 
 
@@ -45,34 +46,30 @@ class Pruner:
     def __init__(self, driver: PostgresDriver) -> None:
         self._d = driver
 
-    def prune(
-        self, policy: RetentionPolicy | None = None, *, limit: int = v.DEFAULT_PRUNE_ROWS,
-        batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
-    ) -> PruneResult:
-        """Delete finished jobs older than ``policy`` allows, in batches (R01, R02).
+    def prune(self, ages: Mapping[JobState, timedelta], *, limit: int, batch: int, dry_run: bool) -> PruneResult:
+        """Delete finished jobs older than their state's age allows, in batches (R01, R02).
 
-        Each batch is its own short transaction: one ``DELETE`` of at most ``batch`` rows
-        locked with ``SKIP LOCKED``. Stops at ``limit`` rows, or at the first batch that
-        comes back short (nothing more eligible, or the rest locked by someone else: a
-        later call takes them). ``remaining`` is capped at :data:`COUNT_CAP` per state.
+        ``ages`` (checked by the front door, never empty) maps each finished state kept
+        for a limited time to its age. Each batch is its own short transaction: one
+        ``DELETE`` of at most ``batch`` rows locked with ``SKIP LOCKED``. Stops at ``limit``
+        rows, or at the first batch that comes back short (nothing more eligible, or the
+        rest locked by someone else: a later call takes them). ``remaining`` is capped at
+        :data:`COUNT_CAP` per state.
         """
-        checked, total, size = v.check_prune(policy, limit, batch, dry_run=dry_run)
-        cutoffs = {state: age for state in sorted(FINISHED_STATES) if (age := checked.age(state)) is not None}
-        removed = dict.fromkeys(sorted(FINISHED_STATES), 0)
+        removed = dict.fromkeys(ages, 0)
         params = {
-            "states": [s.value for s in cutoffs], "ages_us": [age // _US for age in cutoffs.values()],
+            "states": [s.value for s in ages], "ages_us": [age // _US for age in ages.values()],
             "now": self._d._now(),
         }
-        if cutoffs and not dry_run:
-            while (done := sum(removed.values())) < total:
-                want = min(size, total - done)
+        if not dry_run:
+            while (done := sum(removed.values())) < limit:
+                want = min(batch, limit - done)
                 rows = self._d._fetch(self._d.q.PRUNE_BATCH, {**params, "limit": want})
                 for (state,) in rows:
                     removed[JobState(state)] += 1
                 if len(rows) < want:
                     break
-        remaining = dict.fromkeys(sorted(FINISHED_STATES), 0)
-        if cutoffs:
-            for state, count in self._d._fetch(self._d.q.PRUNE_COUNT, {**params, "cap": COUNT_CAP}, retry=True):
-                remaining[JobState(state)] = int(count)
+        remaining = dict.fromkeys(ages, 0)
+        for state, count in self._d._fetch(self._d.q.PRUNE_COUNT, {**params, "cap": COUNT_CAP}, retry=True):
+            remaining[JobState(state)] = int(count)
         return PruneResult(removed=removed, remaining=remaining)

@@ -22,6 +22,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
 _EPOCH = EPOCH
 _MAX_ID = 2**63 - 1
 _STATES = {state.value: state for state in JobState}
+_ALL_STATES = sorted(_STATES)
 _raw_decode = json.JSONDecoder().raw_decode
 
 
@@ -75,15 +76,13 @@ def parse_id(text: str) -> int | None:
     return value if 0 < value <= _MAX_ID else None
 
 
-def filter_params(flt: JobFilter, guard: frozenset[JobState]) -> dict[str, Any] | None:
-    """The ``f_*`` parameters of a checked filter under a verb's state guard; None if nothing can match."""
-    states = guard if flt.state is None else guard & flt.state
-    if not states:
-        return None
+def filter_params(flt: JobFilter) -> dict[str, Any]:
+    """The ``f_*`` parameters of a filter the front door checked; its ``state`` (``None``: every
+    state) is already narrowed to the verb's guard."""
     return {
         "f_queue": flt.queue,
         "f_name": flt.name,
-        "f_states": sorted(s.value for s in states),
+        "f_states": _ALL_STATES if flt.state is None else sorted(s.value for s in flt.state),
         "f_prefix": flt.id_prefix,
         "f_from": flt.created_from,
         "f_to": flt.created_to,

@@ -1,4 +1,4 @@
-"""The PostgreSQL driver's :class:`~jobcore.driver.ScheduleStore` (rules P).
+"""The PostgreSQL driver's :class:`~jobcore.door.SchedulesBackend` (rules P).
 
 One row per schedule in ``{schedules}`` (migration 4). ``fire`` is one transaction:
 a compare-and-set ``UPDATE ... WHERE watermark = %(expected)s AND NOT paused`` (a
@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from jobcore import validate as v
-from jobcore.records import JobSpec, Schedule, ScheduleOutcome
+from jobcore.records import Schedule, ScheduleOutcome
 
 from ._sql import SCHEDULE_COLUMNS
 
@@ -56,50 +56,43 @@ class PostgresSchedules:
         rows = self._d._fetch(query, params, retry=retry)
         return schedule_from_row(rows[0]) if rows else None
 
-    def declare(self, name: str, definition: Any, *, start: datetime | None = None) -> Schedule:
-        key = v.check_schedule_name(name)
-        text = v.check_schedule_definition(definition)
-        begin = None if start is None else v.check_time(start, "start")
+    def declare(self, name: str, definition: str, start: datetime | None) -> Schedule:
         answer = self._one(self._d.q.SCHEDULE_DECLARE, {
-            "name": key, "definition": text, "watermark": begin, "now": self._d._now(),
+            "name": name, "definition": definition, "watermark": start, "now": self._d._now(),
         })
         assert answer is not None  # an upsert always answers its row
         return answer
 
     def get(self, name: str) -> Schedule | None:
-        return self._one(self._d.q.SCHEDULE_GET, {"name": v.check_schedule_name(name)}, retry=True)
+        return self._one(self._d.q.SCHEDULE_GET, {"name": name}, retry=True)
 
     def list(self) -> builtins.list[Schedule]:
-        rows = self._d._fetch(self._d.q.SCHEDULE_LIST, None, retry=True)
-        return sorted((schedule_from_row(r) for r in rows), key=lambda s: s.name)
+        return [schedule_from_row(r) for r in self._d._fetch(self._d.q.SCHEDULE_LIST, None, retry=True)]
 
     def fire(
-        self, name: str, *, expected: datetime, occurrence: datetime, job: JobSpec | None,
-        outcome: ScheduleOutcome | str = ScheduleOutcome.FIRED, overlap: bool = True,
+        self, name: str, *, expected: datetime, occurrence: datetime, job: v.StoreTimedJob | None,
+        outcome: ScheduleOutcome, overlap: bool,
     ) -> Schedule | None:
-        key = v.check_schedule_name(name)
-        old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
         d = self._d
-        spec = None if job is None else v.new_jobs([job], now=None, default_max_attempts=d._default_max_attempts)[0]
         with d._transaction() as conn:
-            rows = d._fetch(self._d.q.SCHEDULE_FIRE, {
-                "name": key, "expected": old, "occurrence": new, "now": d._now(), "outcome": result.value,
-                "overlap": allow_overlap,
+            rows = d._fetch(d.q.SCHEDULE_FIRE, {
+                "name": name, "expected": expected, "occurrence": occurrence, "now": d._now(),
+                "outcome": outcome.value, "overlap": overlap,
             }, conn=conn)
             if not rows:
                 return None
             answer, skipped = schedule_from_row(rows[0]), rows[0][-1]
-            if spec is None or skipped:
+            if job is None or skipped:
                 return answer
-            enqueued = d._insert([spec], conn)[0]
-            rows = d._fetch(self._d.q.SCHEDULE_SET_JOB, {"name": key, "job_id": int(enqueued.id)}, conn=conn)
+            enqueued = d._insert([job], conn)[0]
+            rows = d._fetch(d.q.SCHEDULE_SET_JOB, {"name": name, "job_id": int(enqueued.id)}, conn=conn)
             return schedule_from_row(rows[0])
 
     def pause(self, name: str) -> Schedule | None:
-        return self._one(self._d.q.SCHEDULE_PAUSE, {"name": v.check_schedule_name(name), "now": self._d._now()})
+        return self._one(self._d.q.SCHEDULE_PAUSE, {"name": name, "now": self._d._now()})
 
     def resume(self, name: str) -> Schedule | None:
-        return self._one(self._d.q.SCHEDULE_RESUME, {"name": v.check_schedule_name(name), "now": self._d._now()})
+        return self._one(self._d.q.SCHEDULE_RESUME, {"name": name, "now": self._d._now()})
 
     def remove(self, name: str) -> bool:
-        return bool(self._d._fetch(self._d.q.SCHEDULE_REMOVE, {"name": v.check_schedule_name(name)}))
+        return bool(self._d._fetch(self._d.q.SCHEDULE_REMOVE, {"name": name}))

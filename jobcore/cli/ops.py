@@ -24,9 +24,9 @@ from jobcore import validate as v
 from jobcore.cli._output import age, clip, iso, note, out, print_json, table, when
 from jobcore.cli._store import common_options, open_store, store_url
 from jobcore.driver import Introspector, JobDriver
-from jobcore.errors import JobNotCancellable, JobNotFound, OptionInvalid, redact
+from jobcore.errors import OptionInvalid, redact
 from jobcore.records import BulkResult, Job, JobError, JobFilter, JobState, Stats
-from jobcore.vocabulary import GUARDS
+from jobcore.vocabulary import GUARDS, not_found, refused
 
 __all__ = ["job_to_dict", "register"]
 
@@ -252,7 +252,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         job = driver.introspect.get(args.id)
         now = driver.clock.now()
     if job is None:
-        raise JobNotFound(f"no job has id {args.id!r:.60}")
+        raise not_found(args.id)
     if args.json:
         print_json(job_to_dict(job))
     else:
@@ -320,14 +320,12 @@ def _one(verb: str, intro: Introspector, job_id: str, args: argparse.Namespace) 
             return job
         found = intro.get(job_id)
         if found is None:
-            raise JobNotFound(f"no job has id {job_id!r:.60}")
-        raise JobNotCancellable(
-            f"job {job_id} already finished ({found.state.value})", "only a live job can be cancelled"
-        )
+            raise not_found(job_id)
+        raise refused("cancel", job_id, found.state)
     if verb == "remove":
         removed = intro.remove(job_id)
         if removed is None:
-            raise JobNotFound(f"no job has id {job_id!r:.60}")
+            raise not_found(job_id)
         return removed
     method: Callable[[str], Job] = getattr(intro, verb)
     return method(job_id)

@@ -46,9 +46,8 @@ CONCURRENCY_RETRY = 1.0
 
 
 def takes_start(driver: JobDriver) -> bool:
-    """Whether to claim held and start in the store (F04): the driver declares
-    ``deferred_start`` and offers ``start`` (a wrapper may pass ``capabilities`` through)."""
-    return "deferred_start" in driver.capabilities and callable(getattr(driver, "start", None))
+    """Whether to claim held and start in the store (F04): the driver declares ``deferred_start``."""
+    return "deferred_start" in driver.capabilities
 
 
 class Starter:

@@ -8,7 +8,6 @@ ending that landed is logged, counted, emitted and given to ``on_settled`` (W06)
 from __future__ import annotations
 
 import heapq
-import inspect
 import itertools
 import logging
 import queue as queue_mod
@@ -40,15 +39,8 @@ the store's return (F06)."""
 
 
 def takes_landed_only(driver: JobDriver) -> bool:
-    """Whether to ack ``landed_only``: the driver declares ``ack_landed_only`` and its
-    ``ack_many`` takes the keyword (a wrapper passing ``capabilities`` through may not)."""
-    if "ack_landed_only" not in driver.capabilities:
-        return False
-    try:
-        params = inspect.signature(driver.ack_many).parameters.values()
-    except (TypeError, ValueError):  # no signature to read: ask nothing new of it
-        return False
-    return any(p.name == "landed_only" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    """Whether to ack ``landed_only``: the driver declares ``ack_landed_only``."""
+    return "ack_landed_only" in driver.capabilities
 
 
 def transient(exc: BaseException) -> bool:

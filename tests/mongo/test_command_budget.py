@@ -137,6 +137,7 @@ def test_a_claimed_and_acked_job_costs_one_round_trip_each_plus_three_per_batch(
     (1 when B = 1), and exactly two documents written per job (its claim and its ack)."""
     driver, listener = counted
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
+    assert "ack_landed_only" in driver.capabilities  # read once per driver (hello), as a worker does at start
     listener.take()
     per_batch: list[tuple[list[str], int]] = []
     settled = 0

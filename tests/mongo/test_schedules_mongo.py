@@ -34,7 +34,7 @@ def _fire(driver: MongoDriver, schedule: Schedule, **options: Any) -> Schedule |
 
 
 def _raw(driver: MongoDriver, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] | None = driver.schedules._docs.find_one({"_id": name})
+    doc: dict[str, Any] | None = driver.schedules._backend._docs.find_one({"_id": name})
     assert doc is not None
     return doc
 
@@ -49,17 +49,17 @@ def _kill_before_insert(monkeypatch: pytest.MonkeyPatch, driver: MongoDriver) ->
     def die(job: dict[str, Any]) -> int:
         raise Killed
 
-    monkeypatch.setattr(driver.schedules, "_insert_once", die)
+    monkeypatch.setattr(driver.schedules._backend, "_insert_once", die)
 
 
 def _kill_after_insert(monkeypatch: pytest.MonkeyPatch, driver: MongoDriver) -> None:
-    insert = driver.schedules._insert_once
+    insert = driver.schedules._backend._insert_once
 
     def die(job: dict[str, Any]) -> int:
         insert(job)
         raise Killed
 
-    monkeypatch.setattr(driver.schedules, "_insert_once", die)
+    monkeypatch.setattr(driver.schedules._backend, "_insert_once", die)
 
 
 @pytest.mark.parametrize("kill", [_kill_before_insert, _kill_after_insert], ids=["before_insert", "after_insert"])

@@ -16,9 +16,11 @@ from psycopg import sql
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock
 from jobcore.records import JobState, RetentionPolicy
+from jobcore.vocabulary import GUARDS
 from tests.postgres.plans import generic_plan
 
 ZERO = RetentionPolicy(done=0, failed=0, cancelled=0, dead=0)
+FINISHED_VALUES = sorted(s.value for s in GUARDS["requeue"].states)
 LONG_AGO = START - timedelta(days=60)
 
 
@@ -201,7 +203,8 @@ def test_a_job_being_requeued_during_a_prune_is_not_deleted(driver: Any, pool: A
     _finished(pool, driver, 5)
     with psycopg.connect(pg_url) as requeuer:
         requeuer.execute("SET TimeZone = 'UTC'")
-        moved = requeuer.execute(driver.q.REQUEUE, {"id": int(job.id), "now": START, "channel": "c"}).fetchall()
+        params = {"id": int(job.id), "states": FINISHED_VALUES, "now": START, "channel": "c"}
+        moved = requeuer.execute(driver.q.REQUEUE, params).fetchall()
         assert len(moved) == 1
         assert driver.introspect.prune(ZERO).removed[JobState.DONE] == 5
         requeuer.commit()

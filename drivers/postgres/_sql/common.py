@@ -11,9 +11,13 @@ the arithmetic never depends on the session's time zone.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final, overload
 
-__all__ = ["FINISHED", "LIVE", "NOW", "NOW_MS", "Sql", "ms"]
+from jobcore.records import JobState
+from jobcore.vocabulary import FINISHED_STATES, LIVE_STATES
+
+__all__ = ["FINISHED", "LIVE", "NOW", "NOW_MS", "Sql", "in_list", "lit", "ms"]
 
 
 class Sql:
@@ -67,7 +71,22 @@ def ms(param: str) -> str:
     return f"(%({param})s::bigint * interval '1 millisecond')"
 
 
-LIVE: Final = "('scheduled', 'ready', 'running', 'suspended')"
+def lit(state: JobState) -> str:
+    """A state as an SQL string literal (quoted), for templates built at import time."""
+    return "'" + JobState(state).value.replace("'", "''") + "'"
+
+
+def in_list(states: Iterable[JobState]) -> str:
+    """States as a parenthesised SQL list of literals, in the order :class:`JobState` declares them.
+
+    For the few places a literal list must stand in the text (a partial index's predicate,
+    which the planner matches only against constants); everywhere else states travel as
+    ``= ANY(%(states)s::text[])`` bind parameters."""
+    chosen = frozenset(states)
+    return "(" + ", ".join(lit(s) for s in JobState if s in chosen) + ")"
+
+
+LIVE: Final = in_list(LIVE_STATES)
 """The live states as an SQL list (idempotency keys, schedule overlap)."""
-FINISHED: Final = "('done', 'failed', 'dead', 'cancelled')"
+FINISHED: Final = in_list(FINISHED_STATES)
 """The finished states as an SQL list (requeue, prune; the partial index ``jobs_finished``)."""

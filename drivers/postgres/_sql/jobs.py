@@ -9,9 +9,20 @@ array of ``{type, message, at (epoch ms), attempt}``.
 # ruff: noqa: S608 - templates are built from constants and quoted identifiers only; values are bind parameters
 from __future__ import annotations
 
+import string
 from typing import Final
 
-from .common import FINISHED, LIVE, NOW, NOW_MS, Sql, ms
+from jobcore.records import JobState
+from jobcore.vocabulary import (
+    CANCELLED_ENTRY,
+    CLAIMABLE_STATES,
+    LEASE_EXPIRED,
+    LEASE_EXPIRED_TEXT,
+    LEASE_LAPSED_FINAL,
+    LEASE_LAPSED_FINAL_TEMPLATE,
+)
+
+from .common import LIVE, NOW, NOW_MS, Sql, in_list, lit, ms
 
 __all__ = ["JOB_COLUMNS", "JobStatements"]
 
@@ -21,6 +32,19 @@ JOB_COLUMNS: Final = (
     "result", "errors",
 )
 _COLS: Final = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
+
+
+def _lit(text: str) -> str:
+    """``text`` as a SQL string literal. Only for jobcore's own constants (states, history
+    texts from :mod:`jobcore.vocabulary`), built once at import; values are bind parameters."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+_READY, _SCHEDULED, _RUNNING, _SUSPENDED = (_lit(s.value) for s in (
+    JobState.READY, JobState.SCHEDULED, JobState.RUNNING, JobState.SUSPENDED))
+_DONE, _FAILED, _DEAD, _CANCELLED = (_lit(s.value) for s in (
+    JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELLED))
+_CLAIMABLE: Final = ", ".join(_lit(s.value) for s in sorted(CLAIMABLE_STATES))
 _BARE: Final = ", ".join(JOB_COLUMNS)
 
 
@@ -59,12 +83,21 @@ def _entry(type_sql: str, message_sql: str, attempt_sql: str = "j.attempt") -> s
     )
 
 
-_LEASE_EXPIRED: Final = _entry("'LeaseExpired'::text", "'lease expired before the attempt finished'::text")
-_BURIAL_ENTRY: Final = _entry(
-    "'LeaseLapsedFinalAttempt'::text",
-    "'lease lapsed on the final attempt (' || j.attempt || ' of ' || j.max_attempts"
-    " || '); the worker likely crashed'",
-)
+_LEASE_EXPIRED: Final = _entry(f"{_lit(LEASE_EXPIRED)}::text", f"{_lit(LEASE_EXPIRED_TEXT)}::text")
+
+
+def _burial_text() -> str:
+    """The burial entry's message (C08): the vocabulary's template, its fields read from the row."""
+    pieces = []
+    for literal, field, _, _ in string.Formatter().parse(LEASE_LAPSED_FINAL_TEMPLATE):
+        if literal:
+            pieces.append(_lit(literal))
+        if field is not None:
+            pieces.append(f"j.{field}")
+    return " || ".join(pieces)
+
+
+_BURIAL_ENTRY: Final = _entry(f"{_lit(LEASE_LAPSED_FINAL)}::text", _burial_text())
 _WOKE = (
     "woke AS (SELECT count(*) AS n FROM (SELECT pg_notify(%(channel)s, q.queue) "
     "FROM (SELECT DISTINCT u.queue FROM {source} AS u WHERE {cond}) AS q) AS w)"
@@ -97,7 +130,7 @@ _RUN_AT: Final = f"coalesce(%(run_at)s::timestamptz, {NOW} + {ms('delay_ms')})"
 
 def _state_for(run_at_sql: str, now_sql: str = NOW) -> str:
     """``scheduled`` when due after the store's now, else ``ready`` (E01)."""
-    return f"(CASE WHEN {run_at_sql} > {now_sql} THEN 'scheduled' ELSE 'ready' END)"
+    return f"(CASE WHEN {run_at_sql} > {now_sql} THEN {_SCHEDULED} ELSE {_READY} END)"
 
 
 class EnqueueStatements:
@@ -117,7 +150,7 @@ WITH {_STAMP}, input AS (
     FROM input AS i CROSS JOIN stamp AS s ORDER BY i.name, i.key, i.ord
     ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {LIVE} DO NOTHING
     RETURNING {_COLS}
-), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
+), {_WOKE.format(source="ins", cond=f"u.state = {_READY}")}
 SELECT i.ord, false AS duplicate, {", ".join(f"ins.{c}" for c in JOB_COLUMNS)}
 FROM input AS i JOIN ins ON ins.id = i.id CROSS JOIN woke
 UNION ALL
@@ -145,7 +178,7 @@ INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, m
                          created_at, claim_no, key, errors)
 VALUES (nextval({{seq}}), %(name)s::text, %(queue)s::text, %(payload)s::text, {_state_for(_RUN_AT)},
         %(priority)s::int, 0, %(max_attempts)s::int, {_RUN_AT}, {NOW}, 0, NULL, '[]'::jsonb)
-RETURNING j.id, (CASE WHEN j.state = 'ready' THEN pg_notify(%(channel)s, j.queue) END) IS NOT NULL AS woke,
+RETURNING j.id, (CASE WHEN j.state = {_READY} THEN pg_notify(%(channel)s, j.queue) END) IS NOT NULL AS woke,
           {NOW_MS} AS now_ms
 """)
     """One job without an idempotency key (E01): no conflict is possible, so the plain
@@ -166,7 +199,7 @@ WITH {_STAMP}, ins AS (
     CROSS JOIN stamp AS s CROSS JOIN LATERAL (SELECT {_ITEM_RUN_AT} AS run_at) AS r
     ORDER BY t.ord
     RETURNING j.id, j.queue, j.state
-), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
+), {_WOKE.format(source="ins", cond=f"u.state = {_READY}")}
 SELECT ins.id, s.now_ms FROM ins CROSS JOIN woke CROSS JOIN stamp AS s ORDER BY ins.id
 """)
     """A batch without idempotency keys (E05): nothing can conflict, so a plain insert from the
@@ -187,7 +220,7 @@ WITH shared AS MATERIALIZED (
     FROM json_array_elements(%(payloads)s::json) WITH ORDINALITY AS t(payload, ord) CROSS JOIN shared AS s
     ORDER BY t.ord
     RETURNING j.id, j.queue, j.state
-), {_WOKE.format(source="ins", cond="u.state = 'ready'")}
+), {_WOKE.format(source="ins", cond=f"u.state = {_READY}")}
 SELECT ins.id, s.now_ms FROM ins CROSS JOIN woke CROSS JOIN shared AS s ORDER BY ins.id
 """)
     """:data:`ENQUEUE_MANY` for the usual batch, whose items share every option but the payload
@@ -206,8 +239,8 @@ WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {LIVE}
 # --- claim and settle -----------------------------------------------------------------
 
 _TOKENS: Final = """jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)"""
-_FENCED: Final = """j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(items)s::jsonb) AS e))
-  AND j.id = (t.item->>0)::bigint AND (j.state = 'running') IS TRUE AND j.worker_id = t.item->>1
+_FENCED: Final = f"""j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(items)s::jsonb) AS e))
+  AND j.id = (t.item->>0)::bigint AND (j.state = {_RUNNING}) IS TRUE AND j.worker_id = t.item->>1
   AND j.claim_no = (t.item->>2)::bigint"""
 """Each row fenced on its own token, read by primary key alone. Joined on the tokens, the
 planner hashed every running row (a held backlog is hundreds per worker: a millisecond per
@@ -216,7 +249,7 @@ of it. ``IS TRUE`` keeps the state check out of index matching (it is the same t
 
 _ACK: Final = f"""
 UPDATE {{jobs}} AS j SET
-    state = 'done', result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+    state = {_DONE}, result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
     attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
 FROM {_TOKENS}
 WHERE {_FENCED}
@@ -231,12 +264,12 @@ class SettleStatements:
     CLAIM = Sql(f"""
 WITH spent AS (
     SELECT j.id FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
+    WHERE j.state = {_RUNNING} AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
       AND j.attempt >= j.max_attempts AND NOT j.held
     FOR UPDATE SKIP LOCKED
 ), lapsed AS (
     SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
+    WHERE j.state = {_RUNNING} AND j.queue = ANY(%(queues)s::text[]) AND j.lease_expires_at <= {NOW}
       AND (j.attempt < j.max_attempts OR j.held)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
@@ -246,7 +279,7 @@ WITH spent AS (
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at FROM {{jobs}} AS j
-        WHERE j.state IN ('ready', 'scheduled') AND j.queue = q.name AND j.run_at <= {NOW}
+        WHERE j.state IN ({_CLAIMABLE}) AND j.queue = q.name AND j.run_at <= {NOW}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -261,18 +294,18 @@ WITH spent AS (
     LIMIT %(limit)s
 ), buried AS (
     UPDATE {{jobs}} AS j SET
-        state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END,
+        state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN {_FAILED} ELSE {_DEAD} END,
         finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     WHERE j.id = ANY(ARRAY(SELECT f.id FROM spent AS f))
     RETURNING 1 AS kind, {_COLS}
 ), taken AS (
     UPDATE {{jobs}} AS j SET
-        state = 'running', worker_id = %(worker)s, claim_no = j.claim_no + 1,
+        state = {_RUNNING}, worker_id = %(worker)s, claim_no = j.claim_no + 1,
         attempt = j.attempt + (CASE WHEN %(start)s::boolean THEN 1 ELSE 0 END),
         attempted_at = CASE WHEN %(start)s::boolean THEN {NOW} ELSE j.attempted_at END,
         held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {ms("lease_ms")},
-        errors = CASE WHEN j.state = 'running' AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
+        errors = CASE WHEN j.state = {_RUNNING} AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
     RETURNING 0 AS kind, {_COLS}, j.held
 )
@@ -292,7 +325,7 @@ ORDER BY 1, 2, priority DESC, run_at, id
 
     HEARTBEAT = Sql(f"""
 UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms("lease_ms")}
-WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
 RETURNING j.id
 """)
 
@@ -321,13 +354,13 @@ RETURNING t.ord
     NACK = Sql(f"""
 WITH cur AS (
     SELECT j.id, CASE
-        WHEN %(fail)s::boolean THEN 'failed'
-        WHEN %(park)s::boolean THEN 'suspended'
+        WHEN %(fail)s::boolean THEN {_FAILED}
+        WHEN %(park)s::boolean THEN {_SUSPENDED}
         WHEN {_ATTEMPT_NOW} - %(give_back)s::int >= j.max_attempts
-            THEN CASE WHEN %(dead_letter)s::boolean THEN 'dead' ELSE 'failed' END
-        ELSE 'scheduled' END AS target
+            THEN CASE WHEN %(dead_letter)s::boolean THEN {_DEAD} ELSE {_FAILED} END
+        ELSE {_SCHEDULED} END AS target
     FROM {{jobs}} AS j
-    WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+    WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
     FOR UPDATE
 ), upd AS (
     UPDATE {{jobs}} AS j SET
@@ -335,11 +368,11 @@ WITH cur AS (
         attempted_at = {_STARTED_AT}, held = false,
         errors = {_entry("%(type)s::text", "%(message)s::text", _ATTEMPT_NOW)},
         lease_expires_at = NULL, worker_id = NULL,
-        finished_at = CASE WHEN c.target IN ('failed', 'dead') THEN {NOW} ELSE j.finished_at END,
-        run_at = CASE WHEN c.target = 'scheduled' THEN coalesce(%(retry_at)s::timestamptz, {NOW}) ELSE j.run_at END
+        finished_at = CASE WHEN c.target IN ({_FAILED}, {_DEAD}) THEN {NOW} ELSE j.finished_at END,
+        run_at = CASE WHEN c.target = {_SCHEDULED} THEN coalesce(%(retry_at)s::timestamptz, {NOW}) ELSE j.run_at END
     FROM cur AS c WHERE j.id = c.id
     RETURNING {_COLS}
-), {_WOKE.format(source="upd", cond=f"u.state = 'scheduled' AND u.run_at <= {NOW}")}
+), {_WOKE.format(source="upd", cond=f"u.state = {_SCHEDULED} AND u.run_at <= {NOW}")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
     """The nack target (S02-S05), first match wins: fail, park, out of attempts, retry (at
@@ -349,8 +382,17 @@ SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 
 # --- introspection and operator verbs ---------------------------------------------------
 
-# Bulk verbs (O05): ``f_states`` is already the verb's guard intersected with the filter,
-# and the UPDATE/DELETE re-checks the guard. ``remaining`` = eligible before - moved now.
+# State words come from jobcore.vocabulary: a verb's guard travels as a bind parameter
+# (``%(states)s``, or for bulk verbs ``f_states``: the guard already intersected with the
+# filter by the front door, re-checked by the UPDATE/DELETE); fixed states are literals
+# built from JobState at import time.
+_READY, _SCHEDULED, _RUNNING = lit(JobState.READY), lit(JobState.SCHEDULED), lit(JobState.RUNNING)
+_DEAD, _CANCELLED = lit(JobState.DEAD), lit(JobState.CANCELLED)
+_CANCELLED_ENTRY: Final = "'" + CANCELLED_ENTRY.replace("'", "''") + "'::text"
+_GUARD: Final = "j.state = ANY(%(states)s::text[])"
+_F_GUARD: Final = "j.state = ANY(%(f_states)s::text[])"
+
+# Bulk verbs (O05): ``remaining`` = eligible before - moved now.
 _TARGET: Final = f"target AS (SELECT j.id FROM {{jobs}} AS j WHERE {_FILTER} ORDER BY j.id LIMIT %(limit)s FOR UPDATE)"
 _ELIGIBLE: Final = f"(SELECT count(*) FROM {{jobs}} AS j WHERE {_FILTER})"
 
@@ -389,30 +431,30 @@ ORDER BY j.id ASC LIMIT %(limit)s
 SELECT j.queue, j.state, count(*), NULL::interval FROM {{jobs}} AS j GROUP BY j.queue, j.state
 UNION ALL
 SELECT j.queue, NULL, NULL, {NOW} - min(j.run_at) FROM {{jobs}} AS j
-WHERE j.state IN ('ready', 'scheduled') AND j.run_at <= {NOW} GROUP BY j.queue
+WHERE j.state IN {in_list(CLAIMABLE_STATES)} AND j.run_at <= {NOW} GROUP BY j.queue
 """)
     """Counts per (queue, state), then per queue the age of its oldest due job on the store's clock (O08)."""
 
     DEAD_LETTERS = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
-WHERE j.state = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+WHERE j.state = {_DEAD} AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 ORDER BY j.finished_at DESC, j.id DESC LIMIT %(limit)s
 """)
 
     RESCUE = Sql(f"""
 WITH lapsed AS (
     SELECT j.id, j.attempt >= j.max_attempts AND NOT j.held AS spent FROM {{jobs}} AS j
-    WHERE j.state = 'running' AND j.lease_expires_at <= {NOW}
+    WHERE j.state = {_RUNNING} AND j.lease_expires_at <= {NOW}
     FOR UPDATE SKIP LOCKED
 ), buried AS (
     UPDATE {{jobs}} AS j SET
-        state = 'dead', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
+        state = {_DEAD}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     FROM lapsed AS l WHERE j.id = l.id AND l.spent
     RETURNING 1 AS kind, {_COLS}
 ), back AS (
     UPDATE {{jobs}} AS j SET
-        state = 'ready', worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
+        state = {_READY}, worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
         errors = CASE WHEN j.held THEN j.errors ELSE {_LEASE_EXPIRED} END
     FROM lapsed AS l WHERE j.id = l.id AND NOT l.spent
     RETURNING 0 AS kind, {_COLS}
@@ -427,16 +469,16 @@ ORDER BY kind, id
 
     CANCEL = Sql(f"""
 UPDATE {{jobs}} AS j SET
-    state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
-    errors = {_entry("'Cancelled'::text", "%(message)s::text")}
-WHERE j.id = %(id)s AND j.state IN {LIVE}
+    state = {_CANCELLED}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
+    errors = {_entry(_CANCELLED_ENTRY, "%(message)s::text")}
+WHERE j.id = %(id)s AND {_GUARD}
 RETURNING {_COLS}
 """)
 
     REQUEUE = Sql(f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', attempt = 0, run_at = {NOW}, finished_at = NULL, result = NULL
-    WHERE j.id = %(id)s AND j.state IN {FINISHED}
+    UPDATE {{jobs}} AS j SET state = {_READY}, attempt = 0, run_at = {NOW}, finished_at = NULL, result = NULL
+    WHERE j.id = %(id)s AND {_GUARD}
       AND (j.key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {{jobs}} AS h WHERE h.name = j.name AND h.key = j.key AND h.state IN {LIVE}))
     RETURNING {_COLS}
@@ -444,24 +486,24 @@ WITH upd AS (
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
 
-    REMOVE = Sql(f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND j.state <> 'running' RETURNING {_COLS}")
+    REMOVE = Sql(f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND {_GUARD} RETURNING {_COLS}")
 
     MAKE_DUE = Sql(f"""
 WITH upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}, attempt = LEAST(j.attempt, j.max_attempts - 1)
-    WHERE j.id = %(id)s AND j.state = %(from_state)s
+    UPDATE {{jobs}} AS j SET state = {_READY}, run_at = {NOW}, attempt = LEAST(j.attempt, j.max_attempts - 1)
+    WHERE j.id = %(id)s AND {_GUARD}
     RETURNING {_COLS}
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
-    """promote (from ``scheduled``) and resume (from ``suspended``): ready, due now, an attempt left (O04, S05)."""
+    """promote (``states``: scheduled) and resume (suspended): ready, due now, an attempt left (O04, S05)."""
 
     CANCEL_MANY = Sql(f"""
 WITH {_TARGET}, upd AS (
     UPDATE {{jobs}} AS j SET
-        state = 'cancelled', finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
-        errors = {_entry("'Cancelled'::text", "%(message)s::text")}
-    FROM target AS t WHERE j.id = t.id AND j.state IN {LIVE}
+        state = {_CANCELLED}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
+        errors = {_entry(_CANCELLED_ENTRY, "%(message)s::text")}
+    FROM target AS t WHERE j.id = t.id AND {_F_GUARD}
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
@@ -469,15 +511,15 @@ SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
 
     REMOVE_MANY = Sql(f"""
 WITH {_TARGET}, del AS (
-    DELETE FROM {{jobs}} AS j USING target AS t WHERE j.id = t.id AND j.state <> 'running' RETURNING j.id
+    DELETE FROM {{jobs}} AS j USING target AS t WHERE j.id = t.id AND {_F_GUARD} RETURNING j.id
 )
 SELECT (SELECT count(*) FROM del), {_ELIGIBLE}
 """)
 
     PROMOTE_MANY = Sql(f"""
 WITH {_TARGET}, upd AS (
-    UPDATE {{jobs}} AS j SET state = 'ready', run_at = {NOW}
-    FROM target AS t WHERE j.id = t.id AND j.state = 'scheduled'
+    UPDATE {{jobs}} AS j SET state = {_READY}, run_at = {NOW}
+    FROM target AS t WHERE j.id = t.id AND {_F_GUARD}
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}, (SELECT n FROM woke)
@@ -488,10 +530,10 @@ SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}, (SELECT n FROM woke)
     REQUEUE_MANY_APPLY = Sql(f"""
 WITH upd AS (
     UPDATE {{jobs}} AS j SET
-        state = CASE WHEN t.offset_ms > 0 THEN 'scheduled' ELSE 'ready' END, attempt = 0,
+        state = CASE WHEN t.offset_ms > 0 THEN {_SCHEDULED} ELSE {_READY} END, attempt = 0,
         run_at = {NOW} + t.offset_ms * interval '1 millisecond', finished_at = NULL, result = NULL
     FROM unnest(%(ids)s::bigint[], %(offsets_ms)s::bigint[]) AS t(id, offset_ms)
-    WHERE j.id = t.id AND j.state IN {FINISHED}
+    WHERE j.id = t.id AND {_F_GUARD}
     RETURNING j.id, j.queue
 ), {_WOKE.format(source="upd", cond="true")}
 SELECT (SELECT count(*) FROM upd), (SELECT n FROM woke)

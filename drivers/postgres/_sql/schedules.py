@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from .common import LIVE, NOW, Sql
+from jobcore.vocabulary import LIVE_STATES
+
+from .common import NOW, Sql
 
 __all__ = ["SCHEDULE_COLUMNS", "ScheduleStatements"]
 
@@ -19,11 +21,14 @@ SCHEDULE_COLUMNS: Final = (
 )
 _COLS: Final = ", ".join(f"s.{c}" for c in SCHEDULE_COLUMNS)
 
+_LIVE: Final = "(" + ", ".join(f"'{state.value}'" for state in sorted(LIVE_STATES)) + ")"
+"""The live states (:data:`jobcore.vocabulary.LIVE_STATES`) as an SQL list of constants."""
+
 # The overlap test (P03): the previous job is still live. A pruned or removed job is not,
 # so its successor fires. FIRE does not change last_job_id, so RETURNING re-evaluating
 # this on the new row reads the same job in the same snapshot.
 _OVERLAPPED: Final = f"""(NOT %(overlap)s AND EXISTS (
-    SELECT 1 FROM {{jobs}} AS j WHERE j.id = s.last_job_id AND j.state IN {LIVE}))"""
+    SELECT 1 FROM {{jobs}} AS j WHERE j.id = s.last_job_id AND j.state IN {_LIVE}))"""
 
 
 class ScheduleStatements:

@@ -1,0 +1,337 @@
+"""The operator front door: :class:`IntrospectDoor` over a driver's :class:`IntrospectBackend`.
+
+``driver.introspect`` is an :class:`IntrospectDoor`. It implements the public
+:class:`jobcore.driver.Introspector` (rules O01-O09, C10, R01, S05) once for every driver:
+it checks every argument (ids, filters, pages and cursors, bulk limits, spreads,
+retention policies, reasons), applies the defaults, intersects each verb's filter with
+the verb's state guard from :data:`jobcore.vocabulary.GUARDS`, and words every refusal
+through :mod:`jobcore.vocabulary`. Junk input never reaches the backend.
+
+A backend does only what needs the store, atomically: read, or move a job out of one
+of the states it is given, and answer what it found so the door can word a refusal.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Final, Protocol, runtime_checkable
+
+import attrs
+
+from jobcore import validate as v
+from jobcore.clock import to_millis
+from jobcore.driver import Duration
+from jobcore.records import (
+    FINISHED_STATES,
+    BulkResult,
+    Job,
+    JobFilter,
+    JobState,
+    Page,
+    PruneResult,
+    RescueResult,
+    RetentionPolicy,
+    Stats,
+)
+from jobcore.vocabulary import (
+    CANCELLED_TEXT,
+    GUARDS,
+    MAX_PRUNE_ROWS,
+    key_held,
+    not_found,
+    refused,
+)
+
+__all__ = ["IntrospectBackend", "IntrospectDoor", "Refused", "Spacing", "job_seq", "prune_cutoffs"]
+
+_MAX_SEQ: Final = 2**63 - 1
+_FINISHED: Final = tuple(sorted(FINISHED_STATES))
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+Spacing = Callable[[int], Sequence[timedelta]]
+"""``requeue_many``'s due-time offsets: given how many rows move, one offset from now per
+row (in the order the rows move, each a whole number of milliseconds, 0 for the first)."""
+
+
+@attrs.frozen
+class Refused:
+    """A single-job verb's answer when the job exists but was not moved.
+
+    Attributes:
+        state: The state the job was found in.
+        key: For ``requeue``: the job's idempotency key, when a live job holds it.
+        holder: The id of that live job, when the store could tell (``None``: unknown).
+        clash: True when the job was finished but a live job of its name holds its key.
+    """
+
+    state: JobState
+    key: str | None = None
+    holder: str | None = None
+    clash: bool = False
+
+
+def job_seq(job_id: object) -> int | None:
+    """The sequence number a job id names (its canonical decimal text), or ``None`` (O09).
+
+    Ids are the decimal text of a positive 63-bit sequence without leading zeros. Only
+    ASCII digits count: ``int()`` alone would take a fullwidth digit, ``"+1"``, ``" 1"``
+    or ``"1_0"`` and answer some other job. A malformed id names no job.
+    """
+    if not isinstance(job_id, str) or not (job_id.isascii() and job_id.isdigit()) or len(job_id) > 19:
+        return None
+    seq = int(job_id)
+    return seq if 0 < seq <= _MAX_SEQ and job_id == str(seq) else None
+
+
+def prune_cutoffs(ages: Mapping[JobState, timedelta], now: datetime) -> dict[JobState, datetime]:
+    """Per state, the latest ``finished_at`` eligible for pruning at ``now`` (R01), to the millisecond."""
+    return {state: to_millis(now - age) for state, age in ages.items()}
+
+
+@runtime_checkable
+class IntrospectBackend(Protocol):
+    """What a driver implements for reads, operator verbs and retention: store access only.
+
+    Every argument arrives checked by :class:`IntrospectDoor`: ids as sequence numbers
+    (:func:`job_seq`), filters as :class:`JobFilter` whose ``state`` is already the verb's
+    guard intersected with the caller's states (never empty; ``None`` only for ``list``,
+    meaning every state), limits within their bounds, texts within their limits. A
+    backend never raises for argument shape and never words a refusal: a single-job verb
+    answers the moved :class:`Job`, a :class:`Refused` naming the state it found, or
+    ``None`` when no job has that id. Time is the store's (F01): "now" is the backend's.
+    Store failures raise :class:`~jobcore.errors.BackendError` subclasses.
+    """
+
+    def get(self, seq: int) -> Job | None:
+        """The job with sequence ``seq``, or ``None`` (O09)."""
+        ...
+
+    def list_older(self, flt: JobFilter, limit: int, below: int | None) -> Sequence[Job]:
+        """Up to ``limit`` jobs matching ``flt`` with sequence below ``below`` (all if ``None``), newest first (O07)."""
+        ...
+
+    def list_newer(self, flt: JobFilter, limit: int, above: int) -> Sequence[Job]:
+        """Up to ``limit`` jobs matching ``flt`` with sequence above ``above``, OLDEST first (O07)."""
+        ...
+
+    def stats(self) -> Stats:
+        """Counts per (queue, state) and per queue the age of the oldest due job, on the store's clock (O08)."""
+        ...
+
+    def dead_letters(self, queue: str | None, limit: int) -> Sequence[Job]:
+        """Up to ``limit`` ``dead`` jobs (of ``queue`` if given), latest ``finished_at`` first, then newest (O08)."""
+        ...
+
+    def rescue(self) -> RescueResult:
+        """Sweep lapsed leases in every queue (C10, with C07/C08's history entries): see ``Introspector.rescue``."""
+        ...
+
+    def cancel(self, seq: int, states: frozenset[JobState], message: str) -> Job | None:
+        """If job ``seq`` is in ``states``: ``cancelled`` now, lease cleared, key freed, a ``Cancelled``
+        entry with ``message`` appended (O01); answer it. Otherwise ``None`` (found or not)."""
+        ...
+
+    def requeue(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
+        """If job ``seq`` is in ``states`` and no live job of its name holds its key: ``ready``, due now,
+        ``attempt`` 0, ``finished_at``/``result`` cleared, key live again (O02). A key clash answers
+        ``Refused(state, key, holder, clash=True)``; a job in another state ``Refused(state)``."""
+        ...
+
+    def remove(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
+        """If job ``seq`` is in ``states``: delete it (its key freed) and answer it as it was (O03)."""
+        ...
+
+    def make_due(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
+        """If job ``seq`` is in ``states``: ``ready`` and due now, ``attempt`` capped at
+        ``max_attempts - 1`` (O04 promote, S05 resume); wake its queue's subscribers."""
+        ...
+
+    def cancel_many(self, flt: JobFilter, limit: int, message: str) -> BulkResult:
+        """Cancel (as :meth:`cancel`) up to ``limit`` jobs matching ``flt``, oldest first; ``remaining``:
+        how many still match after (O05). The write re-checks ``flt.state``."""
+        ...
+
+    def requeue_many(self, flt: JobFilter, limit: int, spacing: Spacing) -> BulkResult:
+        """Requeue up to ``limit`` jobs matching ``flt``, oldest first (O05, O06): a row whose key a
+        live job of its name holds stays; of rows sharing a name and key only the oldest moves.
+        Row ``i`` is due at now + ``spacing(n)[i]`` (``scheduled`` if later than now).
+        ``remaining``: how many a second call could still move."""
+        ...
+
+    def remove_many(self, flt: JobFilter, limit: int) -> BulkResult:
+        """Delete up to ``limit`` jobs matching ``flt``, oldest first (O05)."""
+        ...
+
+    def promote_many(self, flt: JobFilter, limit: int) -> BulkResult:
+        """Make up to ``limit`` jobs matching ``flt`` ``ready`` and due now, oldest first (O05)."""
+        ...
+
+    def prune(self, ages: Mapping[JobState, timedelta], limit: int, batch: int, dry_run: bool) -> PruneResult:
+        """Delete up to ``limit`` jobs of the states in ``ages`` (never empty) finished at or before
+        now - age (:func:`prune_cutoffs`), oldest ``finished_at`` first then enqueue order, in
+        batches of at most ``batch`` rows, each its own short atomic step; none if ``dry_run``.
+        Answer removed and still-eligible counts per state (states absent count 0; the door
+        caps ``remaining`` at MAX_PRUNE_ROWS) (R01, R02)."""
+        ...
+
+
+def _spacing(spread: timedelta | None) -> Spacing:
+    def offsets(count: int) -> list[timedelta]:
+        span = v.default_spread(count) if spread is None else spread
+        return [v.spread_run_at(_EPOCH, span, i, count) - _EPOCH for i in range(count)]
+
+    return offsets
+
+
+class IntrospectDoor:
+    """The public :class:`~jobcore.driver.Introspector` of every driver: checks, guards, wording."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: IntrospectBackend) -> None:
+        self._backend = backend
+
+    @property
+    def backend(self) -> IntrospectBackend:
+        """The driver's store access this door fronts."""
+        return self._backend
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job | None:
+        seq = job_seq(v.check_id(job_id))
+        return None if seq is None else self._backend.get(seq)
+
+    def list(
+        self, filter: JobFilter | None = None, limit: int = v.DEFAULT_PAGE, *,
+        after: str | None = None, before: str | None = None,
+    ) -> Page:
+        flt = v.check_filter(filter)
+        size, after_seq, before_seq = v.check_page(limit, after, before)
+        if flt.state is not None and not flt.state:  # an empty set of states matches nothing
+            return Page(jobs=())
+        if before_seq is not None:
+            newer = self._backend.list_newer(flt, size + 1, before_seq)
+            jobs = tuple(reversed(newer[:size]))
+            return Page(
+                jobs=jobs,
+                after=v.encode_cursor(int(jobs[-1].id)) if jobs else None,
+                before=v.encode_cursor(int(jobs[0].id)) if len(newer) > size else None,
+            )
+        jobs = tuple(self._backend.list_older(flt, size, after_seq))
+        return Page(
+            jobs=jobs,
+            after=v.encode_cursor(int(jobs[-1].id)) if len(jobs) == size else None,
+            before=v.encode_cursor(int(jobs[0].id)) if jobs and after_seq is not None else None,
+        )
+
+    def stats(self) -> Stats:
+        return self._backend.stats()
+
+    def dead_letters(self, queue: str | None = None, limit: int = v.DEFAULT_PAGE) -> builtins.list[Job]:
+        name = v.check_name(queue, "queue", optional=True)
+        size = v.check_int(limit, "limit", 1, v.MAX_PAGE)
+        return list(self._backend.dead_letters(name, size))
+
+    def rescue(self) -> RescueResult:
+        return self._backend.rescue()
+
+    # -- single-job verbs ------------------------------------------------------------------
+
+    def cancel(self, job_id: str, reason: str | None = None) -> Job | None:
+        text = _reason(reason)
+        seq = job_seq(v.check_id(job_id))
+        return None if seq is None else self._backend.cancel(seq, GUARDS["cancel"].states, text)
+
+    def requeue(self, job_id: str) -> Job:
+        return _moved("requeue", job_id, self._backend.requeue)
+
+    def remove(self, job_id: str) -> Job | None:
+        seq = job_seq(v.check_id(job_id))
+        found = None if seq is None else self._backend.remove(seq, GUARDS["remove"].states)
+        if isinstance(found, Refused):
+            raise refused("remove", job_id, found.state)
+        return found
+
+    def promote(self, job_id: str) -> Job:
+        return _moved("promote", job_id, self._backend.make_due)
+
+    def resume(self, job_id: str) -> Job:
+        return _moved("resume", job_id, self._backend.make_due)
+
+    # -- bulk verbs: each applies its own guard whatever the filter says (O05) ---------------
+
+    def cancel_many(
+        self, filter: JobFilter | None = None, *, reason: str | None = None, limit: int = v.MAX_BULK_ROWS,
+    ) -> BulkResult:
+        flt, size = _guarded("cancel", filter), v.check_bulk_limit(limit)
+        text = _reason(reason)
+        return _NONE if flt is None else self._backend.cancel_many(flt, size, text)
+
+    def requeue_many(
+        self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS, spread: Duration | None = None,
+    ) -> BulkResult:
+        flt, size = _guarded("requeue", filter), v.check_bulk_limit(limit)
+        window = None if spread is None else v.check_spread(spread)
+        return _NONE if flt is None else self._backend.requeue_many(flt, size, _spacing(window))
+
+    def remove_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
+        flt, size = _guarded("remove", filter), v.check_bulk_limit(limit)
+        return _NONE if flt is None else self._backend.remove_many(flt, size)
+
+    def promote_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
+        flt, size = _guarded("promote", filter), v.check_bulk_limit(limit)
+        return _NONE if flt is None else self._backend.promote_many(flt, size)
+
+    # -- retention (R01) -----------------------------------------------------------------------
+
+    def prune(
+        self, policy: RetentionPolicy | None = None, *, limit: int = v.DEFAULT_PRUNE_ROWS,
+        batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
+    ) -> PruneResult:
+        rules, size, step = v.check_prune(policy, limit, batch, dry_run=dry_run)
+        ages = {state: age for state in _FINISHED if (age := rules.age(state)) is not None}
+        zero = dict.fromkeys(_FINISHED, 0)
+        if not ages:  # every finished state kept forever
+            return PruneResult(removed=zero, remaining=dict(zero))
+        found = self._backend.prune(ages, size, step, dry_run)
+        return PruneResult(
+            removed={s: found.removed.get(s, 0) for s in _FINISHED},
+            # Counted up to MAX_PRUNE_ROWS per state ("at least this many"), whatever the store counted.
+            remaining={s: min(found.remaining.get(s, 0), MAX_PRUNE_ROWS) for s in _FINISHED},
+        )
+
+    def __repr__(self) -> str:
+        return f"IntrospectDoor({self._backend!r})"
+
+
+_NONE: Final = BulkResult(affected=0, remaining=0)
+
+
+def _reason(reason: object) -> str:
+    """The ``Cancelled`` entry's message: the checked reason, or the default text (O01)."""
+    return CANCELLED_TEXT if reason is None else v.error_entry(reason)[1]
+
+
+def _guarded(verb: str, filter: object) -> JobFilter | None:
+    """The checked filter narrowed to ``verb``'s guard, or ``None`` when no state is left (O05)."""
+    flt = v.check_filter(filter)
+    guard = GUARDS[verb].states
+    states = guard if flt.state is None else guard & flt.state
+    return attrs.evolve(flt, state=states) if states else None
+
+
+def _moved(verb: str, job_id: str, move: Callable[[int, frozenset[JobState]], Job | Refused | None]) -> Job:
+    """Run a refusable single-job verb: the job moved, or the refusal its answer names."""
+    seq = job_seq(v.check_id(job_id))
+    found = None if seq is None else move(seq, GUARDS[verb].states)
+    if found is None:
+        raise not_found(job_id)
+    if isinstance(found, Refused):
+        if found.clash:
+            raise key_held(job_id, found.key, found.holder)
+        raise refused(verb, job_id, found.state)
+    return found
+

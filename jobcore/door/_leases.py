@@ -1,0 +1,88 @@
+"""The front door of fleet leases (rules K): ``driver.leases``, over a driver's :class:`LeasesBackend`.
+
+:class:`LeasesDoor` is the :class:`~jobcore.driver.LeaseStore` users call. It checks
+every argument once (names, the slot limit, the ttl) and refuses bad input with a
+coded :class:`~jobcore.errors.OptionInvalid` before the store is reached, so nothing is
+written. A driver implements only :class:`LeasesBackend`: three verbs on checked
+values, each one atomic step on the store.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Protocol
+
+from jobcore import validate as v
+from jobcore.driver import Duration
+from jobcore.vocabulary import MAX_LEASE_SLOTS
+
+__all__ = ["LeasesBackend", "LeasesDoor"]
+
+
+class LeasesBackend(Protocol):
+    """What a driver implements for fleet leases (rules K01-K03): counted slots with expiry.
+
+    A slot is ``(key, holder)`` with an expiry time on the store's clock (F01); at most
+    ``limit`` unexpired slots of one key exist at any moment, however many processes
+    call at once. Every argument arrives checked by :class:`LeasesDoor`:
+
+    * ``key`` and ``holder``: str of 1 to ``MAX_NAME_LENGTH`` characters, no NUL, no
+      unpaired surrogate; store them literally (never as a query operator or a path);
+    * ``limit``: int from 1 to ``MAX_LEASE_SLOTS``;
+    * ``ttl``: a ``timedelta`` from ``MIN_LEASE`` to ``MAX_LEASE`` (whole milliseconds are
+      enough: expiry times are kept to the millisecond).
+
+    A backend never refuses these; a store failure raises a
+    :class:`~jobcore.errors.BackendError` subclass with the original on ``__cause__``.
+    """
+
+    def acquire(self, key: str, limit: int, holder: str, ttl: timedelta) -> bool:
+        """Take a slot of ``key`` for ``holder`` until ``now + ttl`` (K01), in one atomic step.
+
+        Answers ``True`` when fewer than ``limit`` unexpired slots of ``key`` existed (the
+        new slot is stored), or when ``holder`` already held an unexpired slot of ``key``
+        (its expiry moves to ``now + ttl``). Otherwise ``False``, and nothing changes.
+        Expired slots never count toward ``limit``; the backend may delete them.
+        Concurrent acquirers of one key must never leave more than ``limit`` slots.
+        """
+        ...
+
+    def renew(self, key: str, holder: str, ttl: timedelta) -> bool:
+        """Move ``holder``'s unexpired slot of ``key`` to ``now + ttl`` (K02).
+
+        ``False`` (and nothing changes) when the slot expired, even if nobody took it
+        since, or was never held: a holder never revives a slot it lost.
+        """
+        ...
+
+    def release(self, key: str, holder: str) -> bool:
+        """Delete ``holder``'s slot of ``key`` (K03); ``True`` when it deleted one.
+
+        An expired slot not yet purged may be deleted (``True``) or already gone (``False``).
+        """
+        ...
+
+
+class LeasesDoor:
+    """``driver.leases``: the checked :class:`~jobcore.driver.LeaseStore` over a :class:`LeasesBackend`."""
+
+    def __init__(self, backend: LeasesBackend) -> None:
+        self._backend = backend
+
+    def acquire(self, key: str, limit: int, holder: str, ttl: Duration) -> bool:
+        """:meth:`jobcore.driver.LeaseStore.acquire`."""
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        count = v.check_int(limit, "limit", 1, MAX_LEASE_SLOTS)
+        return self._backend.acquire(key, count, holder, v.check_lease(ttl, "ttl"))
+
+    def renew(self, key: str, holder: str, ttl: Duration) -> bool:
+        """:meth:`jobcore.driver.LeaseStore.renew`."""
+        key, holder = v.check_name(key, "key"), v.check_name(holder, "holder")
+        return self._backend.renew(key, holder, v.check_lease(ttl, "ttl"))
+
+    def release(self, key: str, holder: str) -> bool:
+        """:meth:`jobcore.driver.LeaseStore.release`."""
+        return self._backend.release(v.check_name(key, "key"), v.check_name(holder, "holder"))
+
+    def __repr__(self) -> str:
+        return f"LeasesDoor({self._backend!r})"
