@@ -95,7 +95,8 @@ def _states_css() -> str:
     rules += [f"  --state-{state}: {colour};" for state, colour in STATE_COLOURS.items()]
     rules.append("}")
     rules += [
-        f".state-{state} {{ background: var(--state-{state}); }}\n.fill-{state} {{ fill: var(--state-{state}); }}"
+        f".state-{state} {{ background: var(--state-{state}); }}\n.fill-{state} {{ fill: var(--state-{state}); }}\n"
+        f".c-{state} {{ color: var(--state-{state}); }}"
         for state in STATE_COLOURS
     ]
     return "\n".join(rules) + "\n"
@@ -103,7 +104,7 @@ def _states_css() -> str:
 
 def _bar_chart(values: tuple[int, ...], state: str, title: str, start: datetime) -> Markup:
     """An inline SVG bar chart: one bar a minute. Only numbers and fixed words go in."""
-    width, height, pad = 600, 120, 18
+    width, height, pad, top = 600, 120, 18, 18
     peak = max(max(values, default=0), 1)
     bar = width / len(values)
     parts = [
@@ -112,7 +113,7 @@ def _bar_chart(values: tuple[int, ...], state: str, title: str, start: datetime)
     ]
     for i, count in enumerate(values):
         if count:
-            h = max(1.0, height * count / peak)
+            h = max(1.0, (height - top) * count / peak)
             minute = (start + timedelta(minutes=i)).strftime("%H:%M")
             parts.append(
                 f'<rect x="{i * bar + 1:.1f}" y="{height - h:.1f}" width="{bar - 2:.1f}" height="{h:.1f}" '
