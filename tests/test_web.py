@@ -452,3 +452,18 @@ def test_the_web_extra_is_not_imported_by_jobcore() -> None:
     code = "import sys, jobcore, jobcore.cli; jobcore.cli.build_parser(); print('starlette' in sys.modules)"
     answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert answer.stdout.strip() == "False"
+
+
+def test_charts_are_read_from_the_store_at_most_once_per_ttl(driver: JobDriver) -> None:
+    def finish() -> None:
+        driver.enqueue("c", queue="charts")
+        claimed = driver.claim(["charts"], worker_id="w", lease=LEASE).claimed[0]
+        driver.ack(claimed.token)
+
+    cached = TestClient(create_app(driver, auth=_allow, chart_ttl=3600))
+    fresh = TestClient(create_app(driver, auth=_allow, chart_ttl=0))
+    finish()
+    assert "last 60 min <strong>1</strong>" in cached.get("/").text
+    finish()
+    assert "last 60 min <strong>1</strong>" in cached.get("/").text  # within the TTL: the figures read before
+    assert "last 60 min <strong>2</strong>" in fresh.get("/").text

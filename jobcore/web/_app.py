@@ -10,6 +10,8 @@ driver protocol is synchronous).
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from importlib import resources
@@ -132,7 +134,10 @@ class _Dashboard:
     guard: Guard
     read_only: bool
     title: str
+    chart_ttl: float
     env: Environment = attrs.field(init=False)
+    _chart: tuple[float, datetime, Throughput] | None = attrs.field(init=False, default=None)
+    _chart_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     static: dict[str, tuple[bytes, str]] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -242,13 +247,25 @@ class _Dashboard:
 
     # -- pages --------------------------------------------------------------------------
 
+    def _throughput(self, now: datetime) -> tuple[datetime, Throughput]:
+        """The charts' figures, read from the store at most once per ``chart_ttl`` seconds per app
+        (a bar is a minute: several operators' pages refreshing every few seconds need not each
+        read a thousand jobs)."""
+        with self._chart_lock:
+            cached = self._chart
+            if cached is not None and time.monotonic() - cached[0] < self.chart_ttl:
+                return cached[1], cached[2]
+            chart = throughput(self.driver.introspect, now)
+            self._chart = (time.monotonic(), now, chart)
+            return now, chart
+
     def overview(self, request: Request, _form: dict[str, str]) -> Response:
         intro = self.driver.introspect
         data = stats_data(intro.stats())
         now = self.driver.clock.now()
-        chart: Throughput = throughput(intro, now)
+        chart_time, chart = self._throughput(now)
         return self.render(
-            request, "overview.html", data=data, now=now, refresh=REFRESH_SECONDS, chart=chart,
+            request, "overview.html", data=data, now=now, refresh=REFRESH_SECONDS, chart=chart, chart_time=chart_time,
             done_chart=_bar_chart(chart.done, "done", "completed per minute", chart.start),
             failed_chart=_bar_chart(chart.failed, "failed", "failed per minute", chart.start),
             done_total=sum(chart.done), failed_total=sum(chart.failed), minutes=CHART_MINUTES,
@@ -424,6 +441,7 @@ def create_app(
     prefix: str = "",
     title: str = "jobcore",
     secret: bytes | None = None,
+    chart_ttl: float = 30.0,
 ) -> Starlette:
     """The dashboard as an ASGI application over ``driver`` (left open: its owner closes it).
 
@@ -434,10 +452,11 @@ def create_app(
     (``/ops/jobs``); an app mounted by a host (``Mount("/ops", app)``) needs none, since
     links follow the mount point. ``secret`` signs the CSRF and login cookies (random per
     process when not given; give one shared by every replica behind a load balancer).
+    ``chart_ttl``: the overview's charts are read from the store at most this often (seconds).
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise OptionInvalid(f"prefix {prefix!r:.60} must start with / and not end with /", "e.g. prefix='/ops'")
-    dashboard = _Dashboard(driver, Guard(auth, secret), read_only, title)
+    dashboard = _Dashboard(driver, Guard(auth, secret), read_only, title, chart_ttl)
     routes = dashboard.routes()
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes)
     app.state.dashboard = dashboard
