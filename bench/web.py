@@ -10,8 +10,8 @@ suspended; created over the last 24 hours, so the last hour holds about 4%), ana
 the table, then renders each page ``--requests`` times through Starlette's TestClient
 (the whole app: routing, store calls, templates) and prints the median and 90th
 percentile per page in milliseconds; the overview also with its charts read on every
-request (``chart_ttl=0``; by default they are read at most every 30 s). The goal (issue 19): the overview and a jobs page
-under 200 ms each with 1,000,000 jobs.
+request (``chart_ttl=0``; by default they are read at most every 30 s). The goal
+(issue 19): the overview and a jobs page under 200 ms each with 1,000,000 jobs.
 """
 
 from __future__ import annotations
