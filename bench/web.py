@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fixtures/ is not installed: find it from here
 
@@ -87,6 +88,30 @@ def timed(client: TestClient, path: str, requests: int) -> tuple[float, float]:
     return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.9))]
 
 
+def explain(url: str, driver: PostgresDriver, client: TestClient) -> None:
+    """The generic plan (the driver's mode) of each statement the jobs pages send, at this size."""
+    from tests.postgres.plans import generic_plan  # noqa: PLC0415 - the plan tests' helper
+
+    sent: list[tuple[bytes, Any]] = []
+    fetch = driver._fetch
+
+    def record(query: bytes, params: Any = None, **kw: Any) -> Any:
+        sent.append((query, params))
+        return fetch(query, params, **kw)
+
+    driver._fetch = record  # type: ignore[method-assign]
+    print("\n== plans of the jobs pages' statements (generic, as the driver runs them) ==")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for path in ("/jobs", "/jobs?state=dead", "/jobs?state=suspended", "/"):
+            del sent[:]
+            client.get(path)
+            for query, params in sent:
+                plan = generic_plan(conn, query, params)
+                top = " / ".join(line.strip() for line in plan.splitlines() if "Scan" in line or "Sort " in line)
+                print(f"{path:<24} {top[:160]}")
+    driver._fetch = fetch  # type: ignore[method-assign]
+
+
 @contextlib.contextmanager
 def _server_url(given: str | None) -> Iterator[str]:
     """``given``, else the URL of a throwaway server started from the local binaries (stopped after)."""
@@ -146,6 +171,12 @@ def main() -> None:
         median, p90 = timed(cold, "/", args.requests)
         print(f"{'overview, charts read each time':<32} {median:>10.1f} {p90:>8.1f}  "
               f"{'ok' if median < GOAL_MS else f'OVER {GOAL_MS:.0f}'}")
+        started = time.perf_counter()
+        for _ in range(args.requests):
+            driver.introspect.stats()
+        print(f"{'  of which introspect.stats()':<32} {(time.perf_counter() - started) * 1000 / args.requests:>10.1f}"
+              "  (mean; an exact count per queue and state over every row)")
+        explain(url, driver, client)
         driver.close()
         pool.close()
         with psycopg.connect(url, autocommit=True) as conn:

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from jobcore.cli._output import note
-from jobcore.cli._store import add_url_option, open_store
+from jobcore.cli._store import add_url_option, open_store, store_url
 from jobcore.errors import ConfigurationError, OptionInvalid, redact
 
 __all__ = ["ENV_BASIC_AUTH", "ENV_TOKEN", "register"]
@@ -53,7 +53,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
         mode = "read-only" if args.read_only else "read-write"
         who = "loopback only, no auth" if auth is None else ("token" if isinstance(auth, str) else "basic auth")
         note(f"jobcore dashboard ({mode}, {who}) on http://{args.host}:{args.port}{args.prefix or ''}/ "
-             f"for {redact(getattr(driver, 'url', None) or 'the given driver')}")
+             f"for {redact(store_url(args) or 'the given driver')}")
         config: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "warning"}
         uvicorn.run(app, **config)
     return 0

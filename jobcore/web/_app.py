@@ -61,7 +61,7 @@ __all__ = ["create_app"]
 BULK_VERBS = ("cancel", "requeue", "remove", "promote")
 PAGE_SIZE = 50
 REFRESH_SECONDS = 10
-SLOT_ROWS = 1000
+SLOT_ROWS = MAX_PAGE
 _HERE = resources.files("jobcore.web")
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -366,20 +366,16 @@ class _Dashboard:
         return RedirectResponse(self.url(request, "/schedules", did=action + "d", name=name), 303)
 
     def slots(self, request: Request, _form: dict[str, str]) -> Response:
-        running: list[Job] = []
-        after = None
-        while len(running) < SLOT_ROWS:
-            page = self.driver.introspect.list(JobFilter(state={JobState.RUNNING}), MAX_PAGE, after=after)
-            running += page.jobs
-            if page.after is None:
-                break
-            after = page.after
+        # One page: the most recently enqueued running jobs (a fleet running more is
+        # browsed on /jobs?state=running, which pages).
+        page = self.driver.introspect.list(JobFilter(state={JobState.RUNNING}), SLOT_ROWS)
+        running = list(page.jobs)
         holders: dict[str, list[Job]] = {}
         for job in running:
             holders.setdefault(job.worker_id or "-", []).append(job)
         return self.render(
             request, "slots.html", holders=sorted(holders.items()), count=len(running),
-            capped=len(running) >= SLOT_ROWS, now=self.driver.clock.now(), zero=timedelta(0),
+            capped=page.after is not None, now=self.driver.clock.now(), zero=timedelta(0),
         )
 
     def login(self, request: Request, form: dict[str, str]) -> Response:
