@@ -98,25 +98,27 @@ class Throughput:
     """True when :data:`CHART_ROWS` were read and older finished jobs were left out."""
 
 
+_COUNTED = FINISHED_STATES - {JobState.CANCELLED}
+
+
 def throughput(intro: Introspector, now: datetime) -> Throughput:
     """Completed and failed jobs per minute over the last hour, from the store.
 
-    Reads the most recently enqueued finished jobs (newest first, at most
-    :data:`CHART_ROWS`) and counts each whose ``finished_at`` falls in the last hour by
-    its minute. The store keeps no per-minute counters, so a job enqueued long before
-    the busiest :data:`CHART_ROWS` and finished within the hour is left out; the page
-    says so when the cap is reached.
+    Reads the most recently enqueued jobs (newest first, unfiltered: the jobs page's own
+    statement, at most :data:`CHART_ROWS`) and counts each ``done``, ``failed`` or
+    ``dead`` one whose ``finished_at`` falls in the last hour by its minute. The store
+    keeps no per-minute counters, so a job enqueued before the newest :data:`CHART_ROWS`
+    and finished within the hour is left out; the page says how many jobs were read.
     """
     start = (now - timedelta(minutes=CHART_MINUTES - 1)).replace(second=0, microsecond=0)
     done = [0] * CHART_MINUTES
     failed = [0] * CHART_MINUTES
-    flt = JobFilter(state=FINISHED_STATES - {JobState.CANCELLED})
     read, after = 0, None
     while read < CHART_ROWS:
-        page = intro.list(flt, MAX_PAGE, after=after)
+        page = intro.list(None, MAX_PAGE, after=after)
         read += len(page.jobs)
         for job in page.jobs:
-            if job.finished_at is None or job.finished_at < start:
+            if job.finished_at is None or job.finished_at < start or job.state not in _COUNTED:
                 continue
             minute = int((job.finished_at - start).total_seconds() // 60)
             if 0 <= minute < CHART_MINUTES:
