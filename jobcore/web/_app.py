@@ -48,7 +48,6 @@ from jobcore.vocabulary import GUARDS, MAX_BULK_ROWS, MAX_PAGE
 from jobcore.web._data import (
     CHART_MINUTES,
     FILTER_FIELDS,
-    Throughput,
     check_bulk_filter,
     count_matching,
     filter_from_query,
@@ -135,9 +134,10 @@ class _Dashboard:
     read_only: bool
     title: str
     chart_ttl: float
+    stats_ttl: float
     env: Environment = attrs.field(init=False)
-    _chart: tuple[float, datetime, Throughput] | None = attrs.field(init=False, default=None)
-    _chart_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _cache: dict[str, tuple[float, datetime, Any]] = attrs.field(init=False, factory=dict)
+    _cache_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     static: dict[str, tuple[bytes, str]] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -247,23 +247,23 @@ class _Dashboard:
 
     # -- pages --------------------------------------------------------------------------
 
-    def _throughput(self, now: datetime) -> tuple[datetime, Throughput]:
-        """The charts' figures, read from the store at most once per ``chart_ttl`` seconds per app
-        (a bar is a minute: several operators' pages refreshing every few seconds need not each
-        read a thousand jobs)."""
-        with self._chart_lock:
-            cached = self._chart
-            if cached is not None and time.monotonic() - cached[0] < self.chart_ttl:
+    def _cached(self, key: str, ttl: float, read: Callable[[], Any]) -> tuple[datetime, Any]:
+        """``read()`` (a store read) and the store time it was made at, reused for ``ttl`` seconds
+        by every request of this app: several operators' overviews refreshing every few seconds
+        then cost the store one count and one chart read per TTL, not one per page."""
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None and time.monotonic() - cached[0] < ttl:
                 return cached[1], cached[2]
-            chart = throughput(self.driver.introspect, now)
-            self._chart = (time.monotonic(), now, chart)
-            return now, chart
+            at, value = self.driver.clock.now(), read()
+            self._cache[key] = (time.monotonic(), at, value)
+            return at, value
 
     def overview(self, request: Request, _form: dict[str, str]) -> Response:
         intro = self.driver.introspect
-        data = stats_data(intro.stats())
-        now = self.driver.clock.now()
-        chart_time, chart = self._throughput(now)
+        now, stats = self._cached("stats", self.stats_ttl, intro.stats)
+        chart_time, chart = self._cached("chart", self.chart_ttl, lambda: throughput(intro, self.driver.clock.now()))
+        data = stats_data(stats)
         return self.render(
             request, "overview.html", data=data, now=now, refresh=REFRESH_SECONDS, chart=chart, chart_time=chart_time,
             done_chart=_bar_chart(chart.done, "done", "completed per minute", chart.start),
@@ -438,6 +438,7 @@ def create_app(
     title: str = "jobcore",
     secret: bytes | None = None,
     chart_ttl: float = 30.0,
+    stats_ttl: float = 5.0,
 ) -> Starlette:
     """The dashboard as an ASGI application over ``driver`` (left open: its owner closes it).
 
@@ -448,11 +449,12 @@ def create_app(
     (``/ops/jobs``); an app mounted by a host (``Mount("/ops", app)``) needs none, since
     links follow the mount point. ``secret`` signs the CSRF and login cookies (random per
     process when not given; give one shared by every replica behind a load balancer).
-    ``chart_ttl``: the overview's charts are read from the store at most this often (seconds).
+    ``chart_ttl`` and ``stats_ttl``: the overview's charts and counts are read from the store at
+    most this often (seconds) per app, however many pages are open (the counts read every row).
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise OptionInvalid(f"prefix {prefix!r:.60} must start with / and not end with /", "e.g. prefix='/ops'")
-    dashboard = _Dashboard(driver, Guard(auth, secret), read_only, title, chart_ttl)
+    dashboard = _Dashboard(driver, Guard(auth, secret), read_only, title, chart_ttl, stats_ttl)
     routes = dashboard.routes()
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes)
     app.state.dashboard = dashboard
