@@ -180,6 +180,20 @@ def test_workers_page_shows_lease_holders(driver: JobDriver, client: TestClient)
 # -- writes --------------------------------------------------------------------------------
 
 
+def test_rescue_sweeps_lapsed_leases(driver: JobDriver, client: TestClient, clock: ManualClock) -> None:
+    back = driver.enqueue("a", max_attempts=5).id
+    buried = driver.enqueue("b", max_attempts=1).id
+    driver.claim(["default"], worker_id="gone", lease=LEASE, limit=2)
+    clock.advance(seconds=60)
+    assert 'action="/rescue"' in client.get("/slots").text
+    answer = client.post("/rescue", data={"csrf": _csrf(client)})
+    assert answer.status_code == 200
+    assert '<span id="requeued">1</span>' in answer.text
+    assert '<span id="buried">1</span>' in answer.text
+    assert driver.introspect.get(back).state is JobState.READY  # type: ignore[union-attr]
+    assert driver.introspect.get(buried).state is JobState.DEAD  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("verb", "before", "after"),
     [
@@ -370,6 +384,9 @@ def test_token_auth_signs_a_browser_in(driver: JobDriver) -> None:
     assert right.headers["location"] == "/"
     assert "t0ken-123" not in right.headers.get("set-cookie", "")
     assert client.get("/jobs").status_code == 200
+    out = client.post("/logout", data={"csrf": _csrf(client)})
+    assert out.status_code == 303
+    assert client.get("/jobs").status_code == 303  # signed out
     script = TestClient(client.app)
     assert script.get("/", headers={"authorization": "Bearer t0ken-123"}).status_code == 200
     assert script.post("/jobs/1/cancel", headers={"authorization": "Bearer x"}).status_code == 403

@@ -378,6 +378,10 @@ class _Dashboard:
             capped=page.after is not None, now=self.driver.clock.now(), zero=timedelta(0),
         )
 
+    def rescue(self, request: Request, _form: dict[str, str]) -> Response:
+        result = self.driver.introspect.rescue()
+        return self.render(request, "rescued.html", result=result)
+
     def login(self, request: Request, form: dict[str, str]) -> Response:
         target = request.query_params.get("next") or form.get("next") or "/"
         if not target.startswith("/") or target.startswith("//"):
@@ -398,7 +402,10 @@ class _Dashboard:
             return response
         return self.render(request, "login.html", next=target, wrong=False, stale=False)
 
-    def logout(self, request: Request, _form: dict[str, str]) -> Response:
+    def logout(self, request: Request, form: dict[str, str]) -> Response:
+        # Not a store write (allowed in read-only mode), but still a POST with the CSRF token.
+        if not self.guard.csrf_ok(request, form):
+            raise OptionInvalid("the sign-out form's CSRF token is missing or stale", "reload the page and try again")
         response = RedirectResponse(self.url(request, "/login"), 303)
         response.delete_cookie(AUTH_COOKIE, path=self.base(request) or "/")
         return response
@@ -423,8 +430,9 @@ class _Dashboard:
             Route("/schedules", e(self.schedules), name="schedules"),
             Route("/schedules/{action}", e(self.schedule_verb, write=True), methods=["POST"]),
             Route("/slots", e(self.slots), name="slots"),
+            Route("/rescue", e(self.rescue, write=True), methods=["POST"]),
             Route("/login", e(self.login, public=True), methods=["GET", "POST"]),
-            Route("/logout", e(self.logout, write=True), methods=["POST"]),
+            Route("/logout", e(self.logout), methods=["POST"]),
             Route("/static/{name}", e(self.static_file, public=True)),
         ]
 
