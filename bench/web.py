@@ -9,8 +9,9 @@ queues; 90% done, the rest failed, dead, cancelled, ready, scheduled, running an
 suspended; created over the last 24 hours, so the last hour holds about 4%), analyses
 the table, then renders each page ``--requests`` times through Starlette's TestClient
 (the whole app: routing, store calls, templates) and prints the median and 90th
-percentile per page in milliseconds; the overview also with its charts read on every
-request (``chart_ttl=0``; by default they are read at most every 30 s). The goal
+percentile per page in milliseconds; the overview also with its charts, then its
+counts too, read on every request (by default an app reads them at most every 30 s and
+5 s: ``chart_ttl``, ``stats_ttl``). The goal
 (issue 19): the overview and a jobs page under 200 ms each with 1,000,000 jobs.
 """
 
@@ -167,10 +168,11 @@ def main() -> None:
                 "ok" if median < GOAL_MS else f"OVER {GOAL_MS:.0f}"
             )
             print(f"{label:<32} {median:>10.1f} {p90:>8.1f}  {goal}")
-        cold = TestClient(create_app(driver, auth=lambda _request: True, chart_ttl=0))
-        median, p90 = timed(cold, "/", args.requests)
-        print(f"{'overview, charts read each time':<32} {median:>10.1f} {p90:>8.1f}  "
-              f"{'ok' if median < GOAL_MS else f'OVER {GOAL_MS:.0f}'}")
+        for label, ttl in (("overview, charts read each time", {"chart_ttl": 0}),
+                           ("overview, all read each time", {"chart_ttl": 0, "stats_ttl": 0})):
+            cold = TestClient(create_app(driver, auth=lambda _request: True, **ttl))
+            median, p90 = timed(cold, "/", args.requests)
+            print(f"{label:<32} {median:>10.1f} {p90:>8.1f}  {'ok' if median < GOAL_MS else f'OVER {GOAL_MS:.0f}'}")
         started = time.perf_counter()
         for _ in range(args.requests):
             driver.introspect.stats()
