@@ -129,7 +129,7 @@ def _park(driver: JobDriver, queue: str, how: str) -> str:
     return job.id
 
 
-def test_click_through_every_page_and_run_every_verb(driver: JobDriver, page: Any) -> None:
+def test_click_through_every_page_and_run_every_verb(driver: JobDriver, page: Any, clock: ManualClock) -> None:
     evil = driver.enqueue(EVIL[:60], {"note": EVIL}, queue="mail", key=EVIL).id
     later = driver.enqueue("digest", queue="mail", delay=3600).id
     dead = _park(driver, "reports", "dead")
@@ -218,6 +218,14 @@ def test_click_through_every_page_and_run_every_verb(driver: JobDriver, page: An
         page.wait_for_selector("#affected")
         assert driver.introspect.stats().count(JobState.CANCELLED, "mail") == 2
         _not_pwned(page)
+
+        # Rescue: worker-7 went silent and its lease lapsed.
+        clock.advance(minutes=10)
+        page.goto(server.url + "/slots")
+        page.click("#rescue")
+        page.wait_for_selector("#requeued")
+        assert page.inner_text("#requeued") == "1"
+        assert driver.introspect.get(running).state is JobState.READY  # type: ignore[union-attr]
 
 
 def _busy_store() -> MemoryDriver:
