@@ -11,6 +11,7 @@ server is slow.
 from __future__ import annotations
 
 import base64
+import os
 import re
 import subprocess
 import sys
@@ -484,3 +485,38 @@ def test_charts_are_read_from_the_store_at_most_once_per_ttl(driver: JobDriver) 
     finish()
     assert "last 60 min <strong>1</strong>" in cached.get("/").text  # within the TTL: the figures read before
     assert "last 60 min <strong>2</strong>" in fresh.get("/").text
+
+
+def test_cli_web_serves_the_dashboard() -> None:
+    """``jobcore web`` as an operator runs it: a real server on loopback, answering pages."""
+    import socket  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCORE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobcore.cli", "web", "--url", "memory://", "--port", str(port), "--read-only"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/jobs", timeout=2) as answer:
+                    body = answer.read().decode()
+                    headers = answer.headers
+                break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "jobcore web did not answer within 30 s"
+                time.sleep(0.2)
+        assert "<title>Jobs · jobcore</title>" in body
+        assert "read-only" in body
+        assert headers["content-security-policy"].startswith("default-src 'none'")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert f"jobcore dashboard (read-only, loopback only, no auth) on http://127.0.0.1:{port}/ for memory://" in err
