@@ -77,6 +77,7 @@ __all__ = [
     "ScheduleNotFound",
     "SchemaOutdated",
     "UrlInvalid",
+    "WebUnprotected",
     "all_error_classes",
     "redact",
     "redact_url",
@@ -245,6 +246,13 @@ class NotSupported(ConfigurationError):
     """The driver does not offer this capability."""
 
     code = "JC_NOT_SUPPORTED"
+
+
+class WebUnprotected(ConfigurationError):
+    """The web dashboard was asked to listen beyond loopback with no authentication."""
+
+    code = "JC_WEB_UNPROTECTED"
+    default_fix = "give the dashboard a token or basic auth, or bind it to 127.0.0.1"
 
 
 class BackendError(JobcoreError):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
-from datetime import timedelta
 from pathlib import Path
 
 from jobcore.parity.test_limits import L
+
+from tools.gen_docs import written
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
@@ -55,17 +56,6 @@ def test_every_limit_row_links_an_existing_edge_scenario() -> None:
 def test_every_edge_scenario_is_linked() -> None:
     """Every scenario of parity_tests/test_limits.py is named on the limits section."""
     assert scenario_names() - set(LINK.findall(limits_section(PAGE))) == set()
-
-
-def written(value: object) -> str:
-    """A limit as the table writes it: ``1 ms``, ``7 days``, ``1 hour`` or the number."""
-    if isinstance(value, timedelta):
-        ms = value // timedelta(milliseconds=1)
-        for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("second", 1000)):
-            if ms % size == 0:
-                return f"{ms // size} {unit}{'s' if ms // size != 1 else ''}"
-        return f"{ms} ms"
-    return str(value)
 
 
 def test_the_scenarios_use_the_published_limits() -> None:

@@ -117,13 +117,18 @@ class MemoryIntrospect:
         self._d._error(row, CANCELLED_ENTRY, message, now)
         self._d._finish(row, CANCELLED, now)
 
+    def _target(self, seq: int, states: frozenset[JobState]) -> _Row | Refused | None:
+        """Job ``seq`` when it is in ``states``; else what the door needs to word the refusal (lock held)."""
+        row = self._d._rows.get(seq)
+        if row is None or row.state in states:
+            return row
+        return Refused(row.state)
+
     def requeue(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
         with self._d._lock:
-            row = self._d._rows.get(seq)
-            if row is None:
-                return None
-            if row.state not in states:
-                return Refused(row.state)
+            row = self._target(seq, states)
+            if row is None or isinstance(row, Refused):
+                return row
             if row.key is not None and (row.name, row.key) in self._d._live_keys:
                 holder = self._d._live_keys[(row.name, row.key)]
                 return Refused(row.state, row.key, str(holder), clash=True)
@@ -142,11 +147,9 @@ class MemoryIntrospect:
 
     def remove(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
         with self._d._lock:
-            row = self._d._rows.get(seq)
-            if row is None:
-                return None
-            if row.state not in states:
-                return Refused(row.state)
+            row = self._target(seq, states)
+            if row is None or isinstance(row, Refused):
+                return row
             job = row.job()
             self._forget(row)
             return job
@@ -158,11 +161,9 @@ class MemoryIntrospect:
 
     def make_due(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
         with self._d._lock:
-            row = self._d._rows.get(seq)
-            if row is None:
-                return None
-            if row.state not in states:
-                return Refused(row.state)
+            row = self._target(seq, states)
+            if row is None or isinstance(row, Refused):
+                return row
             row.attempt = min(row.attempt, row.max_attempts - 1)  # a resumed job has an attempt left (S05)
             self._make_due(row, self._d._now())
             job = row.job()

@@ -2,7 +2,7 @@
 
 Each module in :data:`COMMAND_MODULES` (one per command group: :mod:`~jobcore.cli.ops`,
 :mod:`~jobcore.cli.worker`, :mod:`~jobcore.cli.schedules`, :mod:`~jobcore.cli.prune`,
-:mod:`~jobcore.cli.demo`) exposes ``register(subparsers)``, adding its sub-commands with
+:mod:`~jobcore.cli.demo`, :mod:`~jobcore.cli.web`) exposes ``register(subparsers)``, adding its sub-commands with
 ``set_defaults(func=handler)``; a handler takes the parsed arguments and answers the exit
 status. Every command finds and opens its store the one way :mod:`jobcore.cli._store`
 does (``--url``, else ``$JOBCORE_URL``) and prints the one way :mod:`jobcore.cli._output`
@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "jobcore.cli.schedules",
     "jobcore.cli.prune",
     "jobcore.cli.demo",
+    "jobcore.cli.web",
 )
 
 

@@ -18,7 +18,8 @@ from datetime import datetime, timedelta, timezone
 from jobcore import errors
 
 __all__ = [
-    "EXIT_CODES", "age", "clip", "exit_code_for", "iso", "note", "out", "print_error", "print_json", "table", "when",
+    "EXIT_CODES", "STATE_COLOURS", "age", "clip", "exit_code_for", "iso", "note", "out", "print_error", "print_json",
+    "table", "when",
 ]
 
 EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
@@ -31,6 +32,20 @@ EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
     (errors.JobcoreError, 1),
 )
 """Exit status per class of refusal, most specific first (argparse's own usage errors are 2 too)."""
+
+
+STATE_COLOURS: dict[str, str] = {
+    "scheduled": "#6b6fd4",
+    "ready": "#1f7ae0",
+    "running": "#c77c02",
+    "suspended": "#8a5cc2",
+    "done": "#1d8a4e",
+    "failed": "#d0481f",
+    "dead": "#b3123a",
+    "cancelled": "#6b7280",
+}
+"""One colour per job state, the palette every jobcore front end draws states in (the web
+dashboard's badges and charts read it from here; a colouring terminal front end should too)."""
 
 
 def exit_code_for(exc: errors.JobcoreError) -> int:

@@ -17,26 +17,32 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobcore import validate as v
 from jobcore.cli._output import age, clip, iso, note, out, print_json, table, when
 from jobcore.cli._store import common_options, open_store, store_url
-from jobcore.driver import Introspector, JobDriver
+from jobcore.cli._verbs import (
+    STATE_ORDER,
+    bulk_call,
+    describe_filter,
+    error_to_dict,
+    estimate,
+    parse_state,
+    parse_time,
+    run_one,
+    stats_data,
+)
+from jobcore.driver import JobDriver
 from jobcore.errors import OptionInvalid, redact
-from jobcore.records import BulkResult, Job, JobError, JobFilter, JobState, Stats
-from jobcore.vocabulary import GUARDS, not_found, refused
+from jobcore.records import Job, JobError, JobFilter
+from jobcore.vocabulary import GUARDS, not_found
 
 __all__ = ["job_to_dict", "register"]
 
-_STATE_ORDER = tuple(JobState)
 
 # -- JSON shape ------------------------------------------------------------------------
-
-
-def _error_to_dict(error: JobError) -> dict[str, Any]:
-    return {"type": error.type, "message": error.message, "at": iso(error.at), "attempt": error.attempt}
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -63,8 +69,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "worker_id": job.worker_id,
         "claim_no": job.claim_no,
         "lease_expires_at": iso(job.lease_expires_at),
-        "last_error": None if job.last_error is None else _error_to_dict(job.last_error),
-        "errors": [_error_to_dict(e) for e in job.errors],
+        "last_error": None if job.last_error is None else error_to_dict(job.last_error),
+        "errors": [error_to_dict(e) for e in job.errors],
     }
 
 
@@ -130,29 +136,6 @@ def _show_text(job: Job, now: datetime) -> str:
 # -- arguments -------------------------------------------------------------------------
 
 
-def _parse_state(text: str) -> JobState:
-    try:
-        return JobState(text.strip().lower())
-    except ValueError:
-        raise OptionInvalid(
-            f"--state {text!r:.40} is not a job state", f"use one of: {', '.join(s.value for s in _STATE_ORDER)}"
-        ) from None
-
-
-def _parse_time(text: str, option: str) -> datetime:
-    raw = text.strip()
-    if raw[-1:] in ("Z", "z"):
-        raw = raw[:-1] + "+00:00"  # Python 3.10's fromisoformat does not read "Z"
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        raise OptionInvalid(
-            f"{option} {text!r:.40} is not an ISO 8601 time",
-            "write e.g. 2030-01-01T12:00:00Z or 2030-01-01; a time without an offset is UTC",
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
-
-
 def _seconds(text: str) -> float:
     """argparse type for ``--spread``: a finite number (its range is the driver's to check)."""
     try:
@@ -165,9 +148,9 @@ def _seconds(text: str) -> float:
 
 
 def _filter(args: argparse.Namespace) -> JobFilter | None:
-    states = [_parse_state(part) for given in args.state or () for part in given.split(",") if part.strip()]
-    created_from = None if args.created_from is None else _parse_time(args.created_from, "--created-from")
-    created_to = None if args.created_to is None else _parse_time(args.created_to, "--created-to")
+    states = [parse_state(part) for given in args.state or () for part in given.split(",") if part.strip()]
+    created_from = None if args.created_from is None else parse_time(args.created_from, "--created-from")
+    created_to = None if args.created_to is None else parse_time(args.created_to, "--created-to")
     if not any((args.queue, args.name, states, args.id_prefix, created_from, created_to)):
         return None
     return JobFilter(
@@ -176,57 +159,27 @@ def _filter(args: argparse.Namespace) -> JobFilter | None:
     )
 
 
-def _describe(flt: JobFilter) -> str:
-    parts = [f"queue={flt.queue}" if flt.queue else "", f"name={flt.name}" if flt.name else ""]
-    if flt.state:
-        parts.append("state=" + ",".join(sorted(s.value for s in flt.state)))
-    if flt.id_prefix:
-        parts.append(f"id-prefix={flt.id_prefix}")
-    if flt.created_from:
-        parts.append(f"created-from={when(flt.created_from)}")
-    if flt.created_to:
-        parts.append(f"created-to={when(flt.created_to)}")
-    return " ".join(p for p in parts if p)
-
-
 # -- handlers --------------------------------------------------------------------------
-
-
-def _stats_data(stats: Stats) -> dict[str, Any]:
-    queues = {
-        queue: {
-            "counts": {s.value: stats.counts.get(queue, {}).get(s, 0) for s in _STATE_ORDER},
-            "oldest_due_age_seconds": (
-                stats.oldest_due_age[queue].total_seconds() if queue in stats.oldest_due_age else None
-            ),
-        }
-        for queue in sorted(set(stats.counts) | set(stats.oldest_due_age))
-    }
-    return {
-        "queues": queues,
-        "totals": {s.value: stats.count(s) for s in _STATE_ORDER},
-        "dead": stats.count(JobState.DEAD),
-    }
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as driver:
-        data = _stats_data(driver.introspect.stats())
+        data = stats_data(driver.introspect.stats())
     if args.json:
         print_json(data)
         return 0
     if not data["queues"]:
         out("no jobs")
         return 0
-    headers = ["QUEUE", *(s.value.upper() for s in _STATE_ORDER), "OLDEST DUE"]
+    headers = ["QUEUE", *(s.value.upper() for s in STATE_ORDER), "OLDEST DUE"]
     rows = []
     for queue, entry in data["queues"].items():
         due_age = entry["oldest_due_age_seconds"]
         rows.append([
-            queue, *(str(entry["counts"][s.value]) for s in _STATE_ORDER),
+            queue, *(str(entry["counts"][s.value]) for s in STATE_ORDER),
             "-" if due_age is None else age(timedelta(seconds=due_age)),
         ])
-    rows.append(["(all)", *(str(data["totals"][s.value]) for s in _STATE_ORDER), ""])
+    rows.append(["(all)", *(str(data["totals"][s.value]) for s in STATE_ORDER), ""])
     out(table(headers, rows))
     out(f"dead: {data['dead']}" + ("  (see `jobcore dead`)" if data["dead"] else ""))
     return 0
@@ -313,42 +266,6 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one(verb: str, intro: Introspector, job_id: str, args: argparse.Namespace) -> Job:
-    if verb == "cancel":
-        job = intro.cancel(job_id, args.reason)
-        if job is not None:
-            return job
-        found = intro.get(job_id)
-        if found is None:
-            raise not_found(job_id)
-        raise refused("cancel", job_id, found.state)
-    if verb == "remove":
-        removed = intro.remove(job_id)
-        if removed is None:
-            raise not_found(job_id)
-        return removed
-    method: Callable[[str], Job] = getattr(intro, verb)
-    return method(job_id)
-
-
-def _bulk_call(verb: str, intro: Introspector, flt: JobFilter, limit: int, args: argparse.Namespace) -> BulkResult:
-    if verb == "cancel":
-        return intro.cancel_many(flt, reason=args.reason, limit=limit)
-    if verb == "requeue":
-        return intro.requeue_many(flt, limit=limit, spread=args.spread)
-    if verb == "remove":
-        return intro.remove_many(flt, limit=limit)
-    return intro.promote_many(flt, limit=limit)
-
-
-def _estimate(stats: Stats, flt: JobFilter, guard: frozenset[JobState]) -> int | None:
-    """How many jobs the verb's guard and ``flt`` match now, when stats can tell (queue and state only)."""
-    if flt.name is not None or flt.id_prefix is not None or flt.created_from or flt.created_to:
-        return None
-    states = guard if flt.state is None else guard & flt.state
-    return sum(stats.count(s, flt.queue) for s in states)
-
-
 def _confirm(question: Callable[[], str]) -> bool:
     """Ask on the terminal; refused outright when there is none (a script must say --yes)."""
     if not sys.stdin.isatty():
@@ -367,17 +284,19 @@ def _bulk(verb: str, driver: JobDriver, flt: JobFilter, args: argparse.Namespace
     if not args.yes:
 
         def question() -> str:
-            estimate = _estimate(intro.stats(), flt, GUARDS[verb].states)
-            count = "" if estimate is None else f" ({estimate} match now)"
+            matching = estimate(intro.stats(), flt, GUARDS[verb].states)
+            count = "" if matching is None else f" ({matching} match now)"
             scope = "until none remain" if args.all else f"at most {limit}"
-            return f"{verb} jobs where {_describe(flt)}{count}, {scope}?"
+            return f"{verb} jobs where {describe_filter(flt)}{count}, {scope}?"
 
         if not _confirm(question):
             note("not confirmed; nothing changed")
             return 1
     total, calls = 0, 0
     while True:
-        result = _bulk_call(verb, intro, flt, limit, args)
+        result = bulk_call(
+            verb, intro, flt, limit, reason=getattr(args, "reason", None), spread=getattr(args, "spread", None)
+        )
         total, calls = total + result.affected, calls + 1
         if args.all:
             note(f"{verb}: {total} {GUARDS[verb].past} so far, {result.remaining} remaining")
@@ -404,7 +323,7 @@ def _verb_handler(verb: str) -> Callable[[argparse.Namespace], int]:
                     f"use `jobcore {verb} ID` for one job, or filters (--state/--queue/--name) without an id",
                 )
             with open_store(args) as driver:
-                job = _one(verb, driver.introspect, args.id, args)
+                job = run_one(verb, driver.introspect, args.id, reason=getattr(args, "reason", None))
             if args.json:
                 print_json(job_to_dict(job))
             else:
