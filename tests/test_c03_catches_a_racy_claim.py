@@ -13,12 +13,13 @@ import time
 
 import pytest
 from jobcore.drivers.memory import MemoryDriver
+from jobcore.drivers.memory._jobs import MemoryJobs
 from jobcore.parity.plugin import START
 from jobcore.parity.test_concurrency import STORM_SECONDS, YieldingClock, claim_storm
 
 
-class FreshLockDriver(MemoryDriver):
-    """The memory driver with every ``with self._lock`` taking a brand-new lock: no exclusion."""
+class FreshLockJobs(MemoryJobs):
+    """The memory store with every ``with self._lock`` taking a brand-new lock: no exclusion."""
 
     @property  # type: ignore[override]
     def _lock(self) -> threading.RLock:  # type: ignore[override]
@@ -27,6 +28,13 @@ class FreshLockDriver(MemoryDriver):
     @_lock.setter
     def _lock(self, _value: object) -> None:
         pass
+
+
+def FreshLockDriver(clock: YieldingClock) -> MemoryDriver:
+    """The memory driver over :class:`FreshLockJobs` (the store the claim path locks)."""
+    driver = MemoryDriver(clock=clock)
+    driver._store.__class__ = FreshLockJobs
+    return driver
 
 
 @pytest.mark.parametrize("run", range(3))
