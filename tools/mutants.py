@@ -39,9 +39,12 @@ TIMEOUT = 600.0
 
 MEM = "drivers/memory/__init__.py"
 MEM_LEASES = "drivers/memory/_leases.py"
+MEM_JOBS = "drivers/memory/_jobs.py"
+MEM_INTRO = "drivers/memory/_introspect.py"
 PG = "drivers/postgres/_sql/jobs.py"
-MONGO = "drivers/mongo/__init__.py"
+MONGO = "drivers/mongo/_jobs.py"
 VAL = "jobcore/validate.py"
+VOCAB = "jobcore/vocabulary.py"
 PT = "parity_tests"
 
 
@@ -62,42 +65,42 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the memory driver -------------------------------------------------------------
-    Mutant("mem-claim-no-exclusion", MEM,
+    Mutant("mem-claim-no-exclusion", MEM_JOBS,
        "        with self._lock:\n            now = self._now()\n            expires = to_millis(now + span)\n",
        "        with threading.RLock():\n            now = self._now()\n            expires = to_millis(now + span)\n",
        (f"{PT}/test_concurrency.py", "-k", "interleaved"), "memory",
        "claim takes a fresh lock per call: no exclusion (C03)"),
-    Mutant("mem-token-ignores-worker", MEM,
+    Mutant("mem-token-ignores-worker", MEM_JOBS,
        "            or row.worker_id != token.worker_id\n", "",
        (f"{PT}/test_lease.py", f"{PT}/test_settle.py"), "memory", "a token of another worker is current (L01)"),
-    Mutant("mem-token-ignores-claim-no", MEM,
+    Mutant("mem-token-ignores-claim-no", MEM_JOBS,
        "            or row.claim_no != token.claim_no\n", "",
        (f"{PT}/test_lease.py", f"{PT}/test_settle.py"), "memory", "a token of an earlier claim is current (L02)"),
-    Mutant("mem-ack-unfenced", MEM,
-       "            for token, text in checked:\n                row = self._current(token)\n",
-       "            for token, text in checked:\n                row = self._rows.get(_seq_of(token.job_id) or 0)\n",
+    Mutant("mem-ack-unfenced", MEM_JOBS,
+       "            for token, text in items:\n                row = self._current(token)\n",
+       "            for token, text in items:\n                row = self._rows.get(_seq_of(token.job_id) or 0)\n",
        (f"{PT}/test_settle.py", "-k", "S07"), "memory", "ack_many settles whatever job the token names (S07)"),
-    Mutant("mem-heartbeat-unfenced", MEM,
+    Mutant("mem-heartbeat-unfenced", MEM_JOBS,
        "            row = self._current(token)\n            if row is None:\n                return False\n"
        "            row.lease_expires_at",
        "            row = self._rows.get(_seq_of(token.job_id) or 0)\n"
        "            if row is None or row.state is not RUNNING:\n"
        "                return False\n            row.lease_expires_at",
        (f"{PT}/test_lease.py",), "memory", "heartbeat renews any running job by id (L01-L03)"),
-    Mutant("mem-dead-letter-ignored", MEM,
+    Mutant("mem-dead-letter-ignored", MEM_JOBS,
        "self._finish(row, DEAD if dead_letter else FAILED, now)", "self._finish(row, DEAD, now)",
        (f"{PT}/test_settle.py", "-k", "S03"), "memory", "dead_letter=False still dead-letters (S03)"),
-    Mutant("mem-give-back-counts", MEM,
+    Mutant("mem-give-back-counts", MEM_JOBS,
        "            if not counts_as_attempt:\n                row.attempt -= 1\n", "",
        (f"{PT}/test_settle.py", "-k", "S05"), "memory", "counts_as_attempt=False spends the attempt (S05)"),
-    Mutant("mem-cross-queue-order", MEM,
+    Mutant("mem-cross-queue-order", MEM_JOBS,
        "(-due.priority, due.run_at, due.seq) < (-best.priority, best.run_at, best.seq)",
        "(due.run_at, due.seq) < (best.run_at, best.seq)",
        (f"{PT}/test_claim.py", "-k", "C02"), "memory", "claims across queues ignore priority (C02)"),
-    Mutant("mem-burial-ignores-drop", MEM,
+    Mutant("mem-burial-ignores-drop", MEM_JOBS,
        "self._finish(row, FAILED if row.name in drop else DEAD, now)", "self._finish(row, DEAD, now)",
        (f"{PT}/test_claim.py", "-k", "C08"), "memory", "drop_exhausted jobs are buried dead (C08)"),
-    Mutant("mem-reclaim-records-nothing", MEM,
+    Mutant("mem-reclaim-records-nothing", MEM_JOBS,
        "            self._error(row, LEASE_EXPIRED, LEASE_EXPIRED_TEXT, now)\n", "            pass\n",
        (f"{PT}/test_claim.py", "-k", "C07"), "memory", "a reclaim records no LeaseExpired (C07)"),
     Mutant("mem-lease-limit-off-by-one", MEM_LEASES,
@@ -106,30 +109,29 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("mem-renew-revives-expired", MEM_LEASES,
        "            if slots.get(holder, now) <= now:\n", "            if holder not in slots:\n",
        (f"{PT}/test_fleet_leases.py", "-k", "K02"), "memory", "renew revives an expired slot (K02)"),
-    Mutant("mem-cancel-finished", MEM,
-       "            if row is None or row.state not in LIVE_STATES:\n                return None\n"
-       "            now = self._d._now()\n            self._d._error(row, \"Cancelled\", text, now)",
+    Mutant("mem-cancel-finished", MEM_INTRO,
+       "            if row is None or row.state not in states:\n                return None\n"
+       "            self._cancel(row, message, self._d._now())",
        "            if row is None:\n                return None\n"
-       "            now = self._d._now()\n            self._d._error(row, \"Cancelled\", text, now)",
+       "            self._cancel(row, message, self._d._now())",
        (f"{PT}/test_operator.py", "-k", "O01"), "memory", "cancel rewrites a finished job (O01)"),
-    Mutant("mem-spread-ignored", MEM,
-       "self._requeue(row, now, v.spread_run_at(now, window, index, len(rows)))", "self._requeue(row, now, now)",
+    Mutant("mem-spread-ignored", MEM_INTRO,
+       "self._requeue(row, now, now + offset)", "self._requeue(row, now, now)",
        (f"{PT}/test_operator.py", "-k", "O06"), "memory", "requeue_many ignores its spread (O06)"),
-    Mutant("mem-prune-ignores-age", MEM,
+    Mutant("mem-prune-ignores-age", MEM_INTRO,
        " and r.finished_at <= cutoffs[r.state]\n", "\n",
        (f"{PT}/test_retention.py",), "memory", "prune deletes jobs younger than their state's age (R01)"),
-    Mutant("mem-page-repeats-its-edge", MEM,
-       "if after_seq is not None and row.seq >= after_seq:", "if after_seq is not None and row.seq > after_seq:",
+    Mutant("mem-page-repeats-its-edge", MEM_INTRO,
+       "if below is not None and row.seq >= below:", "if below is not None and row.seq > below:",
        (f"{PT}/test_operator.py", "-k", "O07"), "memory", "the next page repeats the last job (O07)"),
-    Mutant("mem-remove-running", MEM,
-       "            if row.state is RUNNING:\n                raise JobNotRemovable", "            if False:\n"
-       "                raise JobNotRemovable",
-       (f"{PT}/test_operator.py", "-k", "O03"), "memory", "remove deletes a running job (O03)"),
+    Mutant("guard-remove-running", VOCAB,
+       'Guard("remove", ALL_STATES - {JobState.RUNNING},', 'Guard("remove", ALL_STATES,',
+       (f"{PT}/test_operator.py", "-k", "O03"), "memory", "remove deletes a running job (O03), via its guard"),
     # --- the PostgreSQL driver -----------------------------------------------------------
     Mutant("pg-heartbeat-unfenced", PG,
-       "WHERE j.id = %(id)s AND j.state = 'running' AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s\n"
+       "WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s\n"
        "RETURNING j.id",
-       "WHERE j.id = %(id)s AND j.state = 'running' AND %(worker)s::text IS NOT NULL"
+       "WHERE j.id = %(id)s AND j.state = {_RUNNING} AND %(worker)s::text IS NOT NULL"
        " AND %(claim_no)s::bigint IS NOT NULL\nRETURNING j.id",
        (f"{PT}/test_lease.py",), "postgres", "heartbeat renews any running job by id (L01-L03)"),
     Mutant("pg-heartbeat-ignores-claim-no", PG,
@@ -142,8 +144,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "\n  AND j.claim_no = (t.item->>2)::bigint\"\"\"", "\"\"\"",
        (f"{PT}/test_settle.py", "-k", "S07"), "postgres", "ack_many lands an earlier claim's token (S07)"),
     Mutant("pg-dead-letter-ignored", PG,
-       "THEN CASE WHEN %(dead_letter)s::boolean THEN 'dead' ELSE 'failed' END",
-       "THEN CASE WHEN %(dead_letter)s::boolean OR true THEN 'dead' ELSE 'failed' END",
+       "THEN CASE WHEN %(dead_letter)s::boolean THEN {_DEAD} ELSE {_FAILED} END",
+       "THEN CASE WHEN %(dead_letter)s::boolean OR true THEN {_DEAD} ELSE {_FAILED} END",
        (f"{PT}/test_settle.py", "-k", "S03"), "postgres", "dead_letter=False still dead-letters (S03)"),
     Mutant("pg-nack-ignores-claim-no", PG,
        "AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s\n    FOR UPDATE",
@@ -159,16 +161,16 @@ MUTANTS: tuple[Mutant, ...] = (
        "        ORDER BY j.run_at, j.id\n        LIMIT %(limit)s\n        FOR UPDATE SKIP LOCKED\n    ) AS d",
        (f"{PT}/test_claim.py", "-k", "C02"), "postgres", "claims ignore priority (C02)"),
     Mutant("pg-reclaim-records-nothing", PG,
-       "errors = CASE WHEN j.state = 'running' AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END",
+       "errors = CASE WHEN j.state = {_RUNNING} AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END",
        "errors = j.errors",
        (f"{PT}/test_claim.py", "-k", "C07"), "postgres", "a reclaim records no LeaseExpired (C07)"),
     Mutant("pg-burial-ignores-drop", PG,
-       "state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'failed' ELSE 'dead' END",
-       "state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN 'dead' ELSE 'dead' END",
+       "state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN {_FAILED} ELSE {_DEAD} END",
+       "state = CASE WHEN j.name = ANY(%(drop)s::text[]) THEN {_DEAD} ELSE {_DEAD} END",
        (f"{PT}/test_claim.py", "-k", "C08"), "postgres", "drop_exhausted jobs are buried dead (C08)"),
     Mutant("pg-claims-early", PG,
-       "WHERE j.state IN ('ready', 'scheduled') AND j.queue = q.name AND j.run_at <= {NOW}",
-       "WHERE j.state IN ('ready', 'scheduled') AND j.queue = q.name AND j.run_at <= {NOW} + interval '1 second'",
+       "WHERE j.state IN ({_CLAIMABLE}) AND j.queue = q.name AND j.run_at <= {NOW}",
+       "WHERE j.state IN ({_CLAIMABLE}) AND j.queue = q.name AND j.run_at <= {NOW} + interval '1 second'",
        (f"{PT}/test_claim.py", "-k", "C01"), "postgres", "a job due in under a second is claimed now (C01)"),
     Mutant("pg-lease-limit-off-by-one", PG,
        "   OR (SELECT count(*) FROM {{leases}} AS o WHERE o.key = %(key)s) < %(limit)s",
@@ -200,16 +202,16 @@ MUTANTS: tuple[Mutant, ...] = (
        (f"{PT}/test_lease.py", "-k", "L01_only_the_exact or L02_superseded or L03_retried"), "mongo",
        "heartbeat renews any running job by id (L01-L03)"),
     Mutant("mongo-dead-letter-ignored", MONGO,
-       "\"state\": {\"$cond\": [final, \"dead\" if dead_letter else \"failed\", SCHEDULED]},",
-       "\"state\": {\"$cond\": [final, \"dead\", SCHEDULED]},",
+       "\"state\": {\"$cond\": [final, DEAD if dead_letter else FAILED, SCHEDULED]},",
+       "\"state\": {\"$cond\": [final, DEAD, SCHEDULED]},",
        (f"{PT}/test_settle.py", "-k", "S03_dead_letter"), "mongo", "dead_letter=False still dead-letters (S03)"),
     Mutant("mongo-give-back-counts", MONGO,
        "            stages.append({\"$set\": {\"attempt\": {\"$subtract\": [\"$attempt\", 1]}}})\n",
        "            pass\n",
        (f"{PT}/test_settle.py", "-k", "S05_give_back"), "mongo", "counts_as_attempt=False spends the attempt (S05)"),
     Mutant("mongo-burial-ignores-drop", MONGO,
-       "    return {\"$cond\": [{\"$in\": [\"$name\", {\"$literal\": sorted(drop)}]}, \"failed\", \"dead\"]}",
-       "    return {\"$cond\": [{\"$in\": [\"$name\", {\"$literal\": sorted(drop)}]}, \"dead\", \"dead\"]}",
+       "    return {\"$cond\": [{\"$in\": [\"$name\", {\"$literal\": sorted(drop)}]}, FAILED, DEAD]}",
+       "    return {\"$cond\": [{\"$in\": [\"$name\", {\"$literal\": sorted(drop)}]}, DEAD, DEAD]}",
        (f"{PT}/test_claim.py", "-k", "C08"), "mongo", "drop_exhausted jobs are buried dead (C08)"),
     # --- the shared checks every driver calls (run on memory) -------------------------------
     Mutant("validate-no-enqueue-batch-cap", VAL,
@@ -218,11 +220,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("validate-no-queue-cap", VAL,
        "    if len(names) > _MAX_QUEUES:\n", "    if False:\n",
        (f"{PT}/test_limits.py",), "memory", "a claim names any number of queues (C04)"),
-    Mutant("validate-spread-raised", VAL,
-       "MAX_SPREAD = timedelta(hours=1)\n", "MAX_SPREAD = timedelta(hours=1.5)\n",
+    Mutant("validate-spread-raised", VOCAB,
+       "MAX_SPREAD: Final = timedelta(hours=1)\n", "MAX_SPREAD: Final = timedelta(hours=1.5)\n",
        (f"{PT}/test_limits.py",), "memory", "requeue_many spreads over 1.5 h (O06)"),
-    Mutant("validate-delay-raised", VAL,
-       "MAX_DELAY = timedelta(days=36_500)\n", "MAX_DELAY = timedelta(days=36_501)\n",
+    Mutant("validate-delay-raised", VOCAB,
+       "MAX_DELAY: Final = timedelta(days=36_500)\n", "MAX_DELAY: Final = timedelta(days=36_501)\n",
        (f"{PT}/test_limits.py",), "memory", "a delay a day past 36500 days is taken (E04)"),
     Mutant("validate-payload-cap-off-by-one", VAL,
        "len(text.encode(\"utf-8\")) > MAX_PAYLOAD_BYTES:", "len(text.encode(\"utf-8\")) > MAX_PAYLOAD_BYTES + 1:",
