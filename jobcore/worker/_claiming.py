@@ -182,8 +182,7 @@ class Claimer:
             reserved = self._reserve(w.concurrency)
             if not reserved:
                 return
-            for attempt in self._start(reserved):
-                w._running.dispatch(attempt)
+            w._running.dispatch(self._start(reserved))
 
     def next_inline(self) -> Attempt | None:
         """The next backlog attempt a runner thread that just finished one should run, started; None when none."""
