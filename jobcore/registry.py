@@ -147,7 +147,7 @@ class _JobLogAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     Made once per claimed job and rarely used: the fields are built when a record is."""
 
-    def __init__(self, logger: logging.Logger, job: Job | None) -> None:  # noqa: D107
+    def __init__(self, logger: logging.Logger, job: Job | None) -> None:
         self.logger = logger
         self._job = job
 
