@@ -139,15 +139,25 @@ class JobContext:
 
 def job_logger(logger: logging.Logger, job: Job | None) -> logging.LoggerAdapter[Any]:
     """A logger adapter putting ``job_id`` and ``job_name`` on every record."""
-    extra = {"job_id": job.id if job else "-", "job_name": job.name if job else "-"}
-    return _JobLogAdapter(logger, extra)
+    return _JobLogAdapter(logger, job)
 
 
 class _JobLogAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Merges the job's fields into each call's own ``extra`` (the stdlib one replaces it)."""
+    """Merges the job's fields into each call's own ``extra`` (the stdlib one replaces it).
+
+    Made once per claimed job and rarely used: the fields are built when a record is."""
+
+    def __init__(self, logger: logging.Logger, job: Job | None) -> None:
+        self.logger = logger
+        self._job = job
+
+    @property
+    def extra(self) -> dict[str, Any]:  # type: ignore[override]
+        job = self._job
+        return {"job_id": job.id if job else "-", "job_name": job.name if job else "-"}
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        kwargs["extra"] = {**self.extra, **kwargs.get("extra", {})}
         return msg, kwargs
 
 

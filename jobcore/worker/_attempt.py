@@ -40,6 +40,10 @@ class AttemptStatus(enum.Enum):
     ABANDONED = "abandoned"
     """Shutdown or kill let it go; its lease lapses for reclaim."""
 
+    # Members are singletons compared by identity: hash them by identity too, in C. Enum's
+    # own __hash__ is a Python call, and the status sets are checked several times per job.
+    __hash__ = object.__hash__
+
 
 S = AttemptStatus
 

@@ -17,7 +17,7 @@ import logging
 import queue as queue_mod
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -153,11 +153,7 @@ class Claimer:
                 self.announce_buried(job)
             if result.claimed:
                 w._count("claimed", len(result.claimed))
-            for claimed in result.claimed:
-                try:
-                    self._launch(claimed, local, held)
-                except Exception:  # W03: one job's trouble never ends the loop; its lease lapses
-                    job_logger(logger, claimed.job).exception("could not start job %s", claimed.job.id)
+                self._launch_all(result.claimed, local, held)
             self.pump()
             if len(result.claimed) < room:
                 w._wake.wait(w.poll_interval)
@@ -182,8 +178,7 @@ class Claimer:
             reserved = self._reserve(w.concurrency)
             if not reserved:
                 return
-            for attempt in self._start(reserved):
-                w._running.dispatch(attempt)
+            w._running.dispatch(self._start(reserved))
 
     def next_inline(self) -> Attempt | None:
         """The next backlog attempt a runner thread that just finished one should run, started; None when none."""
@@ -235,20 +230,56 @@ class Claimer:
         )
         w._settling.fire(job, "buried")
 
-    def _launch(self, claimed: Claimed, renewed_at: float, held: bool) -> None:
+    def _launch_all(self, claimed: Sequence[Claimed], renewed_at: float, held: bool) -> None:
+        """Queue a claim's jobs in the backlog: the common case (a registered handler, no
+        earlier attempt of the job held here) in one locked step for the whole batch."""
         w = self._w
         book = w._attempts
+        made: list[Attempt] = []
+        for one in claimed:
+            try:
+                made.append(self._attempt(one, renewed_at, held))
+            except Exception:  # W03: one job's trouble never ends the loop; its lease lapses
+                job_logger(logger, one.job).exception("could not start job %s", one.job.id)
+        rest: list[Attempt] = []
+        # A queued attempt is leased and heartbeated while it waits for a slot.
+        with book.lock:
+            active = book.active
+            for attempt in made:
+                job_id = attempt.job.id
+                if attempt.handle is not None and job_id not in active:
+                    if not w._killed:
+                        active[job_id] = attempt
+                        book.backlog.append(attempt)
+                else:
+                    rest.append(attempt)
+        for attempt in rest:
+            try:
+                self._launch(attempt)
+            except Exception:  # W03, as above
+                attempt.log.exception("could not start job %s", attempt.job.id)
+
+    def _attempt(self, claimed: Claimed, renewed_at: float, held: bool) -> Attempt:
+        """A claimed job's attempt (status queued), its handler looked up (None when unregistered)."""
+        w = self._w
         job = claimed.job
         log = job_logger(logger, job)
         handle, _missing = find_handler(w.registry, job, log)
         ctx = JobContext(job, claimed.token, log=log)
         attempt = Attempt(claimed, handle, ctx, log, renewed_at=renewed_at, held=held)
         ctx.lease_left = lambda: w._leases.deadline(attempt) - w._timer()
-        attempt.next_beat = time.monotonic() + w.heartbeat_interval
-        # A queued attempt is leased and heartbeated while it waits for a slot.
+        attempt.next_beat = attempt.started_at + w.heartbeat_interval
+        return attempt
+
+    def _launch(self, attempt: Attempt) -> None:
+        """Queue an attempt the batch step left: its job unregistered, or an earlier attempt of it held here."""
+        w = self._w
+        book = w._attempts
+        job = attempt.job
+        handle = attempt.handle
         with book.lock:
             stale = book.active.get(job.id)
-            if stale is None and handle is not None:  # the common case: queued in this one locked step
+            if stale is None and handle is not None:
                 if not w._killed:
                     book.active[job.id] = attempt
                     book.backlog.append(attempt)
@@ -316,7 +347,7 @@ class Claimer:
                 ready.append(attempt)
             if first:
                 ready += self._begin(first)
-        return [attempt for attempt in ready if self._run_started(attempt)]
+        return self._run_started(ready) if ready else []
 
     def _begin(self, held: list[Attempt]) -> list[Attempt]:
         """Record the start of held attempts in the store (F04), retrying a call the store
@@ -403,33 +434,44 @@ class Claimer:
                 delay = min(RETRY_CAP, delay * 2)
                 batch = retry
 
-    def _run_started(self, attempt: Attempt) -> bool:
-        """Mark a started attempt running: its timeout, the started event; schedule an async
-        handler. Answers whether a runner thread should run it (sync and not lost meanwhile)."""
+    def _run_started(self, ready: list[Attempt]) -> list[Attempt]:
+        """Mark started attempts running (one locked step for the batch): their timeouts, the
+        started events; schedule async handlers. Answers those a runner thread should run
+        (sync and not lost meanwhile)."""
         w = self._w
-        handle = attempt.handle
-        assert handle is not None
-        job = attempt.job
-        with w._attempts.lock:
-            # Lost while taking its fleet slot, or the worker was killed: it does not run.
-            lost = w._killed or not w._attempts.move(attempt, S.RUNNING)
-            if not lost:
-                attempt.started_at = time.monotonic()
-                if handle.timeout is not None:
-                    attempt.deadline = attempt.started_at + handle.timeout
-        if lost:
+        book = w._attempts
+        running: list[Attempt] = []
+        lost: list[Attempt] = []
+        now = time.monotonic()
+        timed = False
+        with book.lock:
+            for attempt in ready:
+                # Lost while taking its fleet slot, or the worker was killed: it does not run.
+                if w._killed or not book.move(attempt, S.RUNNING):
+                    lost.append(attempt)
+                    continue
+                attempt.started_at = now
+                timeout = cast(JobHandle, attempt.handle).timeout
+                if timeout is not None:
+                    attempt.deadline = now + timeout
+                    timed = True
+                running.append(attempt)
+        for attempt in lost:
             self.release_slot(attempt)
-            return False
-        if handle.timeout is not None:
+        if timed:
             w._leases.keeper_wake.set()
-        events.emit(
-            "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
-            level=logging.DEBUG, outcome="running", worker_id=w.worker_id,
-        )
-        if handle.is_async:
-            w._running.schedule(attempt)
-            return False
-        return True
+        sync: list[Attempt] = []
+        for attempt in running:
+            job = attempt.job
+            events.emit(
+                "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
+                level=logging.DEBUG, outcome="running", worker_id=w.worker_id,
+            )
+            if cast(JobHandle, attempt.handle).is_async:
+                w._running.schedule(attempt)
+            else:
+                sync.append(attempt)
+        return sync
 
     def _unstart(self, attempt: Attempt, error: BaseException, options: dict[str, Any]) -> None:
         """A reserved attempt cannot start: free its slots and queue its nack."""

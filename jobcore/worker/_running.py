@@ -34,19 +34,22 @@ class Runners:
         self._loop_thread: threading.Thread | None = None
         self.run_time: float | None = None  # seconds per handler run (moving average)
 
-    def dispatch(self, attempt: Attempt) -> None:
-        """Hand a sync attempt to an idle runner thread, or start a runner when none is idle.
+    def dispatch(self, attempts: list[Attempt]) -> None:
+        """Hand sync attempts to idle runner threads, starting a runner for each when none is idle.
 
         Runners are reused: starting a thread per job cost more than a short handler. A
         runner still inside a called-off handler is not idle, so it never delays the next job.
+        The idle runners are reserved in one locked step for the whole batch.
         """
+        if not attempts:
+            return
         with self._w._attempts.lock:
-            reuse = self._idle > 0
-            if reuse:
-                self._idle -= 1  # reserved: exactly one idle runner takes this put
-        if reuse:
-            self._runq.put(attempt)
-        else:
+            reuse = min(self._idle, len(attempts))
+            self._idle -= reuse  # reserved: exactly one idle runner takes each put
+        put = self._runq.put
+        for attempt in attempts[:reuse]:
+            put(attempt)
+        for attempt in attempts[reuse:]:
             name = f"jobcore-runner-{self._w.worker_id}"
             threading.Thread(target=self._runner, args=(attempt,), name=name, daemon=True).start()
 

@@ -211,8 +211,13 @@ class Settler:
                 retry += self._settle_failed(acks, exc, "done")
             else:
                 w._recovered("settle")
+                done: list[tuple[Settle, Job | None]] = []
                 for item, answer, ok in zip(acks, answers, landed, strict=True):
-                    retry += self._answered(item, ok, answer)
+                    if ok:
+                        done.append((item, answer))
+                    else:
+                        retry += self._answered(item, ok, answer)
+                self._completed(done)
         for item in nacks:
             try:
                 answer = driver.nack(item.attempt.claimed.token, item.error or "failed", **item.options)
@@ -258,6 +263,34 @@ class Settler:
                 landed, answer = True, found
         self._landed(item, landed, answer)
         return []
+
+    def _completed(self, done: list[tuple[Settle, Job | None]]) -> None:
+        """Report acks that landed, as :meth:`_landed` does one, with one lock round trip and
+        one count for the batch; ``answer`` is the settled job (None when acked ``landed_only``)."""
+        if not done:
+            return
+        w = self._w
+        book = w._attempts
+        active = book.active
+        with book.lock:
+            for item, _ in done:
+                attempt = item.attempt
+                if active.get(attempt.job.id) is attempt:
+                    del active[attempt.job.id]
+        for item, _ in done:
+            if item.attempt.slot_key is not None:
+                w._claiming.release_slot(item.attempt)
+        w._count("completed", len(done))
+        now = time.monotonic()
+        for item, answer in done:
+            attempt = item.attempt
+            job = attempt.job
+            events.emit(
+                "settled", job, "job %s (%s) %s", job.id, job.name, "completed", level=logging.INFO,
+                outcome="completed", error_type=None, duration_s=now - attempt.started_at, worker_id=w.worker_id,
+            )
+            if answer is not None:  # None: acked landed_only, as no on_settled was set
+                self.fire(answer, "completed")
 
     def forget(self, attempt: Attempt) -> None:
         """The worker holds ``attempt`` no more: drop it and release its fleet slot."""
