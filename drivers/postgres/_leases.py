@@ -14,6 +14,8 @@ import zlib
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from jobcore.records import LeaseSlot
+
 if TYPE_CHECKING:
     from . import PostgresDriver
 
@@ -49,3 +51,7 @@ class PostgresLeases:
 
     def release(self, key: str, holder: str) -> bool:
         return bool(self._d._fetch(self._d.q.LEASE_RELEASE, {"key": key, "holder": holder}))
+
+    def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
+        rows = self._d._fetch(self._d.q.LEASE_SLOTS, {"key": key, "now": self._d._now(), "limit": limit})
+        return [LeaseSlot(key=k, holder=h, expires_at=t) for k, h, t in rows]
