@@ -180,12 +180,12 @@ def test_workers_page_shows_lease_holders(driver: JobDriver, client: TestClient)
 
 def test_workers_page_shows_fleet_slots(driver: JobDriver, client: TestClient, clock: ManualClock) -> None:
     assert "No slot is held." in client.get("/slots").text
-    assert driver.leases.acquire("api", 2, "w<1>", timedelta(seconds=90)) is True
+    assert driver.leases.acquire("api", 2, "a<1>", timedelta(seconds=90)) is True
     assert driver.leases.acquire("api", 2, "w2", timedelta(seconds=30)) is True
     clock.advance(seconds=10)
     html = client.get("/slots").text
     rows = html.split('id="fleet-slots-table"')[1].split("</table>")[0]
-    assert rows.index("w&lt;1&gt;") < rows.index("w2")  # escaped, by holder
+    assert rows.index("a&lt;1&gt;") < rows.index("w2")  # escaped, by holder
     assert "2030-01-01 12:01:30Z" in rows
     assert ">1m20s<" in rows
     assert "2030-01-01 12:00:30Z" in rows
@@ -193,7 +193,7 @@ def test_workers_page_shows_fleet_slots(driver: JobDriver, client: TestClient, c
     clock.advance(seconds=20)  # w2's slot lapses
     rows = client.get("/slots").text.split('id="fleet-slots-table"')[1].split("</table>")[0]
     assert "w2" not in rows
-    assert "w&lt;1&gt;" in rows
+    assert "a&lt;1&gt;" in rows
 
 
 # -- writes --------------------------------------------------------------------------------
