@@ -505,6 +505,40 @@ def test_charts_are_read_from_the_store_at_most_once_per_ttl(driver: JobDriver) 
     assert "last 60 min <strong>2</strong>" in fresh.get("/").text
 
 
+def test_overview_never_waits_for_the_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the background thread's count is stuck in the store, pages serve the last counts and their age."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    driver = MemoryDriver(clock=ManualClock(START))
+    driver.enqueue("a", queue="q")
+    client = TestClient(create_app(driver, auth=_allow, stats_ttl=0.1, chart_ttl=3600))
+    ready = re.compile(r'state-ready"></span><span class="n">(\d+)<')
+    assert ready.findall(client.get("/").text) == ["1"]  # the app's first overview reads itself
+
+    counting, release = threading.Event(), threading.Event()
+    backend = driver.introspect._backend  # type: ignore[attr-defined]  # the store's own read, under the door
+    real = backend.stats
+
+    def stuck() -> Any:
+        counting.set()
+        release.wait(30)
+        return real()
+
+    monkeypatch.setattr(backend, "stats", stuck)
+    driver.enqueue("b", queue="q")
+    client.get("/")  # someone watches: the refresher runs
+    assert counting.wait(10), "the background thread never re-read the counts"
+    page = client.get("/").text  # served while the store is still counting (a read here would see 2)
+    assert ready.findall(page) == ["1"]
+    assert re.search(r'<span id="counts-age">\d+</span> s ago', page)
+    release.set()
+    deadline = time.monotonic() + 10
+    while ready.findall(client.get("/").text) != ["2"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.findall(client.get("/").text) == ["2"]
+
+
 def test_cli_web_serves_the_dashboard() -> None:
     """``jobcore web`` as an operator runs it: a real server on loopback, answering pages."""
     import socket  # noqa: PLC0415

@@ -97,8 +97,9 @@ class Snapshots:
                     continue
                 try:
                     snapshot = self._take(entry.read)
-                except Exception:  # the store is down or closed: keep the last answer, stop until the next page
-                    _log.warning("dashboard: background read failed", exc_info=True)
+                except Exception as exc:  # the store is down or closed: keep the last answer, stop until the next page
+                    _log.warning("dashboard: background read failed, pages show the last answer and its age: %s", exc)
+                    _log.debug("dashboard: background read failed", exc_info=True)
                     with self._lock:
                         self._thread = None
                     return
