@@ -475,6 +475,58 @@ def test_mounts_under_a_prefix_in_a_host_app(driver: JobDriver) -> None:
     assert own.get("/jobs").status_code == 404
 
 
+def test_wsgi_recipe_mounts_under_a_prefix(driver: JobDriver) -> None:
+    """docs/dashboard.md's WSGI recipe: a2wsgi's bridge, mounted under /ops/jobs by a WSGI host app."""
+    import io  # noqa: PLC0415
+    from wsgiref.util import setup_testing_defaults  # noqa: PLC0415
+
+    from a2wsgi import ASGIMiddleware  # noqa: PLC0415
+
+    dashboard = ASGIMiddleware(create_app(driver, auth=_allow))  # the recipe's one line
+
+    def host(environ: dict[str, Any], start_response: Any) -> Any:
+        """A WSGI project (as Django's WSGIHandler sees it): /ops/jobs goes to the dashboard."""
+        path = environ["PATH_INFO"]
+        if path == "/ops/jobs" or path.startswith("/ops/jobs/"):
+            environ["SCRIPT_NAME"], environ["PATH_INFO"] = "/ops/jobs", path[len("/ops/jobs"):]
+            return dashboard(environ, start_response)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"the project"]
+
+    def call(method: str, path: str, body: bytes = b"", cookie: str = "") -> tuple[str, dict[str, str], str]:
+        environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": path, "wsgi.input": io.BytesIO(body)}
+        if body:
+            environ.update(CONTENT_TYPE="application/x-www-form-urlencoded", CONTENT_LENGTH=str(len(body)))
+        if cookie:
+            environ["HTTP_COOKIE"] = cookie
+        setup_testing_defaults(environ)
+        answer: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+            answer["status"], answer["headers"] = status, headers
+
+        text = b"".join(host(environ, start_response)).decode()
+        headers = {}
+        for name, value in answer["headers"]:
+            headers[name.lower()] = headers[name.lower()] + "; " + value if name.lower() in headers else value
+        return answer["status"], headers, text
+
+    job = driver.enqueue("j")
+    assert call("GET", "/")[2] == "the project"
+    status, headers, html = call("GET", f"/ops/jobs/jobs/{job.id}")
+    assert status.startswith("200")
+    assert 'href="/ops/jobs/static/dashboard.css"' in html
+    assert f'action="/ops/jobs/jobs/{job.id}/cancel"' in html
+    assert call("GET", "/ops/jobs/static/dashboard.js")[0].startswith("200")
+    # a write through the bridge: the form's CSRF token and cookie, as a browser sends them
+    csrf = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert csrf is not None
+    cookie = "; ".join(part.split(";")[0] for part in headers["set-cookie"].split(", ") if "=" in part)
+    status, _, _ = call("POST", f"/ops/jobs/jobs/{job.id}/cancel", f"csrf={csrf.group(1)}".encode(), cookie)
+    assert status.startswith("303"), status
+    assert driver.introspect.get(job.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
 def test_state_colours_are_the_cli_palette(client: TestClient) -> None:
     from jobcore.cli._output import STATE_COLOURS  # noqa: PLC0415
 
