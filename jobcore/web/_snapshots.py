@@ -3,7 +3,7 @@
 The counts (``introspect.stats()``) read every job; on a large PostgreSQL table that is a
 second or more. A page must not wait for it, so :class:`Snapshots` keeps the latest answer
 of each read and one daemon thread per app refreshes every read that is older than its
-ttl, for as long as someone watches: a page served in the last ``idle`` seconds. A page
+ttl, for as long as someone watches: an overview served in the last ``idle`` seconds. A page
 serves the latest snapshot and says how old it is. Only a read never answered before (the
 app's first overview, or the first after a failed read) is made in the request itself.
 A ttl of 0 reads in the request every time (tests, plan checks).
@@ -50,7 +50,7 @@ class Snapshots:
     """The latest answer of each named read, refreshed by one thread while pages are served."""
 
     now: Callable[[], datetime]
-    idle: float = 60.0
+    idle: float = 30.0
     _reads: dict[str, _Read] = attrs.field(init=False, factory=dict)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _first: threading.Lock = attrs.field(init=False, factory=threading.Lock)
@@ -78,6 +78,11 @@ class Snapshots:
                 with self._lock:
                     entry.snapshot = snapshot
         return snapshot
+
+    def stop(self) -> None:
+        """Stop refreshing (the thread ends within one ttl); the next ``get`` starts it again."""
+        with self._lock:
+            self._seen = float("-inf")
 
     def _take(self, read: Callable[[], Any]) -> Snapshot:
         taken, at = time.monotonic(), self.now()
