@@ -204,6 +204,7 @@ def test_K04_holders_lists_unexpired_slots_sorted(driver: JobDriver, clock: Manu
         LeaseSlot(key="b", holder="h2", expires_at=to_millis(start + TTL)),
     ]
     assert [(s.key, s.holder) for s in leases.holders("b")] == [("b", "h1"), ("b", "h2")]
+    assert {s.expires_at.utcoffset() for s in leases.holders()} == {timedelta(0)}  # UTC, as every record
     assert leases.holders("nobody") == []
 
 

@@ -11,7 +11,7 @@ it. ``renew`` and ``release`` are one statement each. The statements (``LEASE_*`
 from __future__ import annotations
 
 import zlib
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import TYPE_CHECKING
 
 from jobcore.records import LeaseSlot
@@ -54,4 +54,5 @@ class PostgresLeases:
 
     def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
         rows = self._d._fetch(self._d.q.LEASE_SLOTS, {"key": key, "now": self._d._now(), "limit": limit})
-        return [LeaseSlot(key=k, holder=h, expires_at=t) for k, h, t in rows]
+        # the session's zone is the server's (or a pooler's): answer UTC, as every record
+        return [LeaseSlot(key=k, holder=h, expires_at=t.astimezone(timezone.utc)) for k, h, t in rows]
