@@ -97,7 +97,9 @@ class Snapshots:
                 entries = list(self._reads.values())
             wait = min((e.ttl for e in entries), default=1.0)
             for entry in entries:
-                if entry.snapshot is not None and entry.snapshot.age() < entry.ttl:
+                if entry.snapshot is None:  # a request is making the first read: not twice
+                    continue
+                if entry.snapshot.age() < entry.ttl:
                     wait = min(wait, entry.ttl - entry.snapshot.age())
                     continue
                 try:
