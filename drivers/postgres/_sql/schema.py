@@ -12,8 +12,7 @@ only ``ready``/``scheduled`` rows in claim order per queue, and ``jobs_running``
 ``running`` rows by lease expiry, so neither grows with ``done``/``dead`` history.
 ``jobs_live_key`` is the partial unique index behind idempotency keys (E02).
 ``jobs_finished`` holds only finished rows by (state, finished_at): pruning's oldest-first
-read, never touched by a claim. ``jobs_queue_state`` lets the operators' counts per
-(queue, state) read the index alone.
+read, never touched by a claim.
 """
 
 from __future__ import annotations
@@ -100,13 +99,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # started. A constant default, so adding the column rewrites no row (PostgreSQL 11+).
     # No index reads it: starting a held claim touches no indexed column and can be HOT.
     ("ALTER TABLE {jobs} ADD COLUMN held boolean NOT NULL DEFAULT false",),
-    # 7: the operators' counts (O08): introspect.stats() groups every row by (queue, state);
-    # on this narrow index it is an index-only scan instead of a read of the whole table
-    # (1,000,000 rows: 2.4 s -> 0.36 s, docs/benchmarks.md). state is already indexed
-    # (jobs_finished, the partial predicates), so no update that was HOT stops being HOT:
-    # each insert and each state change writes one more index entry. IF NOT EXISTS: on a
-    # large table build it CONCURRENTLY first and the step finds it.
-    ("CREATE INDEX IF NOT EXISTS jobs_queue_state ON {jobs} (queue, state)",),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
