@@ -42,6 +42,7 @@ from jobcore.records import (
     Job,
     JobFilter,
     JobSpec,
+    LeaseSlot,
     Migration,
     Page,
     PruneResult,
@@ -121,6 +122,18 @@ class LeaseStore(Protocol):
 
     def release(self, key: str, holder: str) -> bool:
         """Free ``holder``'s own slot of ``key`` (K03); ``False`` when it held none."""
+        ...
+
+    def holders(self, key: str | None = None, limit: int = 100) -> list[LeaseSlot]:
+        """Who holds what: the unexpired slots of ``key`` (or of every key), K04.
+
+        Each :class:`~jobcore.records.LeaseSlot` is ``(key, holder, expires_at)``; a slot
+        is unexpired while ``expires_at > now`` on the store's clock, so a lapsed slot
+        never appears even before anyone purged it. Sorted by key, then holder (code-point
+        order); at most ``limit`` slots, the first ones in that order. ``limit`` is an int
+        from 1 to ``MAX_PAGE`` and ``key`` a name, else refused (``JC_OPTION_INVALID``).
+        A read: it changes nothing.
+        """
         ...
 
 

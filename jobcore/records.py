@@ -33,6 +33,7 @@ __all__ = [
     "JobFilter",
     "JobSpec",
     "JobState",
+    "LeaseSlot",
     "Migration",
     "Page",
     "PruneResult",
@@ -392,6 +393,22 @@ class Page:
     jobs: tuple[Job, ...]
     after: str | None = None
     before: str | None = None
+
+
+@_record
+@attrs.frozen(kw_only=True)
+class LeaseSlot:
+    """One unexpired fleet lease slot, as ``leases.holders()`` answers it (K04).
+
+    Attributes:
+        key: The lease key (the concurrency group).
+        holder: Who holds the slot.
+        expires_at: When the slot lapses, on the store's clock (milliseconds).
+    """
+
+    key: str
+    holder: str
+    expires_at: datetime = attrs.field(validator=check_aware)
 
 
 @_record

@@ -1,4 +1,4 @@
-"""Parity scenarios for rules K01-K03: fleet-wide counted slots with expiry (driver.leases)."""
+"""Parity scenarios for rules K01-K04: fleet-wide counted slots with expiry (driver.leases)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 from jobcore.parity._support import refused, together
 
 from jobcore import validate as v
-from jobcore.clock import ManualClock
+from jobcore.clock import ManualClock, to_millis
 from jobcore.driver import JobDriver
+from jobcore.records import LeaseSlot
+from jobcore.vocabulary import MAX_PAGE
 
 TTL = timedelta(seconds=10)
 
@@ -182,3 +184,66 @@ def test_K03_release_one_of_several(driver: JobDriver) -> None:
     assert leases.acquire("api", 3, "h5", TTL) is False
     assert leases.renew("api", "h1", TTL) is True
     assert leases.renew("api", "h3", TTL) is True
+
+
+# --- K04 ------------------------------------------------------------------------------
+
+
+def test_K04_holders_lists_unexpired_slots_sorted(driver: JobDriver, clock: ManualClock) -> None:
+    """holders() answers every unexpired slot as (key, holder, expires_at), by key then holder."""
+    leases = driver.leases
+    start = clock.now()
+    assert leases.holders() == []
+    assert leases.acquire("b", 2, "h2", TTL) is True
+    assert leases.acquire("b", 2, "h1", TTL) is True
+    clock.advance(seconds=1)
+    assert leases.acquire("a", 1, "z", timedelta(seconds=30)) is True
+    assert leases.holders() == [
+        LeaseSlot(key="a", holder="z", expires_at=to_millis(start + timedelta(seconds=31))),
+        LeaseSlot(key="b", holder="h1", expires_at=to_millis(start + TTL)),
+        LeaseSlot(key="b", holder="h2", expires_at=to_millis(start + TTL)),
+    ]
+    assert [(s.key, s.holder) for s in leases.holders("b")] == [("b", "h1"), ("b", "h2")]
+    assert {s.expires_at.utcoffset() for s in leases.holders()} == {timedelta(0)}  # UTC, as every record
+    assert leases.holders("nobody") == []
+
+
+def test_K04_expired_released_and_renewed_slots(driver: JobDriver, clock: ManualClock) -> None:
+    """A lapsed slot leaves the answer at its expiry (even unpurged); release removes one; renew moves it."""
+    leases = driver.leases
+    assert leases.acquire("api", 3, "h1", TTL) is True
+    assert leases.acquire("api", 3, "h2", TTL) is True
+    assert leases.acquire("api", 3, "h3", TTL) is True
+    assert leases.release("api", "h3") is True
+    clock.advance(TTL - timedelta(milliseconds=1))
+    assert leases.renew("api", "h2", TTL) is True
+    assert [s.holder for s in leases.holders("api")] == ["h1", "h2"]
+    clock.advance(milliseconds=1)  # h1's expiry: now >= expires_at, so it is gone
+    assert leases.holders() == [LeaseSlot(key="api", holder="h2", expires_at=to_millis(clock.now() - timedelta(
+        milliseconds=1) + TTL))]
+    clock.advance(TTL)
+    assert leases.holders() == []
+    assert leases.acquire("api", 1, "h9", TTL) is True  # the read purged nothing it should not have
+
+
+def test_K04_holders_bounded_by_limit(driver: JobDriver) -> None:
+    """At most limit slots, the first ones in (key, holder) order; limit up to MAX_PAGE."""
+    leases = driver.leases
+    for key, holder in [("k2", "a"), ("k1", "b"), ("k1", "a"), ("k3", "a")]:
+        assert leases.acquire(key, 5, holder, TTL) is True
+    assert [(s.key, s.holder) for s in leases.holders(limit=3)] == [("k1", "a"), ("k1", "b"), ("k2", "a")]
+    assert [(s.key, s.holder) for s in leases.holders("k1", limit=1)] == [("k1", "a")]
+    assert len(leases.holders(limit=MAX_PAGE)) == 4
+
+
+@pytest.mark.parametrize(
+    ("key", "limit"),
+    [("", 10), ("k\x00", 10), (5, 10), ("k", 0), ("k", -1), ("k", MAX_PAGE + 1), ("k", True), ("k", 1.0),
+     (None, "10")],
+    ids=["key_empty", "key_nul", "key_int", "limit0", "limit_neg", "limit_over", "limit_bool", "limit_float",
+         "limit_str"],
+)
+def test_K04_bad_key_or_limit_refused(driver: JobDriver, key: Any, limit: Any) -> None:
+    """A bad key or a limit outside 1..MAX_PAGE is refused with a code, cause and fix."""
+    with refused("JC_OPTION_INVALID"):
+        driver.leases.holders(key, limit)

@@ -104,6 +104,25 @@ def test_stats_on_an_empty_store_says_so(run: Run) -> None:
     assert run("stats")[:2] == (0, "no jobs\n")
 
 
+def test_slots_lists_unexpired_fleet_slots(run: Run, driver: JobDriver, clock: ManualClock) -> None:
+    """slots prints who holds which lease key until when; --key narrows, --json gives the fields."""
+    assert run("slots")[:2] == (0, "no slot is held\n")
+    assert driver.leases.acquire("api", 2, "w1", timedelta(seconds=90)) is True
+    assert driver.leases.acquire("nightly", 1, "w2", timedelta(seconds=30)) is True
+    clock.advance(seconds=30)  # w2's slot lapses
+    status, out, _ = run("slots")
+    assert status == 0
+    assert out.splitlines()[1].split() == ["api", "w1", *out.splitlines()[1].split()[2:-1], "1m00s"]
+    assert "nightly" not in out
+    status, out, _ = run("slots", "--key", "api", "--json")
+    assert _json(out) == {"slots": [
+        {"key": "api", "holder": "w1", "expires_at": "2030-01-01T12:01:30.000+00:00", "seconds_left": 60.0},
+    ]}
+    status, _, err = run("slots", "--limit", "0")
+    assert status != 0
+    assert "JC_OPTION_INVALID" in err
+
+
 def test_ls_filters_by_queue_name_state_id_prefix_and_created_range(
     run: Run, driver: JobDriver, clock: ManualClock
 ) -> None:

@@ -178,6 +178,24 @@ def test_workers_page_shows_lease_holders(driver: JobDriver, client: TestClient)
     assert "2030-01-01 12:00:30Z" in html  # lease until, store time
 
 
+def test_workers_page_shows_fleet_slots(driver: JobDriver, client: TestClient, clock: ManualClock) -> None:
+    assert "No slot is held." in client.get("/slots").text
+    assert driver.leases.acquire("api", 2, "a<1>", timedelta(seconds=90)) is True
+    assert driver.leases.acquire("api", 2, "w2", timedelta(seconds=30)) is True
+    clock.advance(seconds=10)
+    html = client.get("/slots").text
+    rows = html.split('id="fleet-slots-table"')[1].split("</table>")[0]
+    assert rows.index("a&lt;1&gt;") < rows.index("w2")  # escaped, by holder
+    assert "2030-01-01 12:01:30Z" in rows
+    assert ">1m20s<" in rows
+    assert "2030-01-01 12:00:30Z" in rows
+    assert ">20s<" in rows
+    clock.advance(seconds=20)  # w2's slot lapses
+    rows = client.get("/slots").text.split('id="fleet-slots-table"')[1].split("</table>")[0]
+    assert "w2" not in rows
+    assert "a&lt;1&gt;" in rows
+
+
 # -- writes --------------------------------------------------------------------------------
 
 
@@ -457,6 +475,58 @@ def test_mounts_under_a_prefix_in_a_host_app(driver: JobDriver) -> None:
     assert own.get("/jobs").status_code == 404
 
 
+def test_wsgi_recipe_mounts_under_a_prefix(driver: JobDriver) -> None:
+    """docs/dashboard.md's WSGI recipe: a2wsgi's bridge, mounted under /ops/jobs by a WSGI host app."""
+    import io  # noqa: PLC0415
+    from wsgiref.util import setup_testing_defaults  # noqa: PLC0415
+
+    from a2wsgi import ASGIMiddleware  # noqa: PLC0415
+
+    dashboard = ASGIMiddleware(create_app(driver, auth=_allow))  # the recipe's one line
+
+    def host(environ: dict[str, Any], start_response: Any) -> Any:
+        """A WSGI project (as Django's WSGIHandler sees it): /ops/jobs goes to the dashboard."""
+        path = environ["PATH_INFO"]
+        if path == "/ops/jobs" or path.startswith("/ops/jobs/"):
+            environ["SCRIPT_NAME"], environ["PATH_INFO"] = "/ops/jobs", path[len("/ops/jobs"):]
+            return dashboard(environ, start_response)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"the project"]
+
+    def call(method: str, path: str, body: bytes = b"", cookie: str = "") -> tuple[str, dict[str, str], str]:
+        environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": path, "wsgi.input": io.BytesIO(body)}
+        if body:
+            environ.update(CONTENT_TYPE="application/x-www-form-urlencoded", CONTENT_LENGTH=str(len(body)))
+        if cookie:
+            environ["HTTP_COOKIE"] = cookie
+        setup_testing_defaults(environ)
+        answer: dict[str, Any] = {}
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+            answer["status"], answer["headers"] = status, headers
+
+        text = b"".join(host(environ, start_response)).decode()
+        headers = {}
+        for name, value in answer["headers"]:
+            headers[name.lower()] = headers[name.lower()] + "; " + value if name.lower() in headers else value
+        return answer["status"], headers, text
+
+    job = driver.enqueue("j")
+    assert call("GET", "/")[2] == "the project"
+    status, headers, html = call("GET", f"/ops/jobs/jobs/{job.id}")
+    assert status.startswith("200")
+    assert 'href="/ops/jobs/static/dashboard.css"' in html
+    assert f'action="/ops/jobs/jobs/{job.id}/cancel"' in html
+    assert call("GET", "/ops/jobs/static/dashboard.js")[0].startswith("200")
+    # a write through the bridge: the form's CSRF token and cookie, as a browser sends them
+    csrf = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert csrf is not None
+    cookie = "; ".join(part.split(";")[0] for part in headers["set-cookie"].split(", ") if "=" in part)
+    status, _, _ = call("POST", f"/ops/jobs/jobs/{job.id}/cancel", f"csrf={csrf.group(1)}".encode(), cookie)
+    assert status.startswith("303"), status
+    assert driver.introspect.get(job.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
 def test_state_colours_are_the_cli_palette(client: TestClient) -> None:
     from jobcore.cli._output import STATE_COLOURS  # noqa: PLC0415
 
@@ -485,6 +555,40 @@ def test_charts_are_read_from_the_store_at_most_once_per_ttl(driver: JobDriver) 
     finish()
     assert "last 60 min <strong>1</strong>" in cached.get("/").text  # within the TTL: the figures read before
     assert "last 60 min <strong>2</strong>" in fresh.get("/").text
+
+
+def test_overview_never_waits_for_the_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the background thread's count is stuck in the store, pages serve the last counts and their age."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    driver = MemoryDriver(clock=ManualClock(START))
+    driver.enqueue("a", queue="q")
+    client = TestClient(create_app(driver, auth=_allow, stats_ttl=0.1, chart_ttl=3600))
+    ready = re.compile(r'state-ready"></span><span class="n">(\d+)<')
+    assert ready.findall(client.get("/").text) == ["1"]  # the app's first overview reads itself
+
+    counting, release = threading.Event(), threading.Event()
+    backend = driver.introspect._backend  # type: ignore[attr-defined]  # the store's own read, under the door
+    real = backend.stats
+
+    def stuck() -> Any:
+        counting.set()
+        release.wait(30)
+        return real()
+
+    monkeypatch.setattr(backend, "stats", stuck)
+    driver.enqueue("b", queue="q")
+    client.get("/")  # someone watches: the refresher runs
+    assert counting.wait(10), "the background thread never re-read the counts"
+    page = client.get("/").text  # served while the store is still counting (a read here would see 2)
+    assert ready.findall(page) == ["1"]
+    assert re.search(r'<span id="counts-age">\d+</span> s ago', page)
+    release.set()
+    deadline = time.monotonic() + 10
+    while ready.findall(client.get("/").text) != ["2"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.findall(client.get("/").text) == ["2"]
 
 
 def test_cli_web_serves_the_dashboard() -> None:

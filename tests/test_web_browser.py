@@ -203,10 +203,15 @@ def test_click_through_every_page_and_run_every_verb(driver: JobDriver, page: An
         page.wait_for_url("**/schedules?did=paused**")
         assert driver.schedules.get("nightly").paused  # type: ignore[union-attr]
 
-        # Workers: who holds which lease.
+        # Workers: who holds which lease, and which fleet slot.
+        assert driver.leases.acquire("api-quota", 2, "worker-7/1", timedelta(minutes=5)) is True
         page.click("nav >> text=Workers")
         page.wait_for_url("**/slots")
         assert page.locator("h2:has-text('worker-7')").is_visible()
+        slot = page.locator("#fleet-slots-table tbody tr")
+        assert slot.count() == 1
+        assert slot.inner_text().split("\t")[:2] == ["api-quota", "worker-7/1"]
+        assert "5m00s" in slot.inner_text()
         assert page.locator(f"a[href='/jobs/{running}']").is_visible()
 
         # Bulk cancel from a filtered jobs page.

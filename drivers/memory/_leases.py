@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobcore.clock import to_millis
+from jobcore.records import LeaseSlot
 
 if TYPE_CHECKING:
     from . import MemoryDriver
@@ -48,3 +49,11 @@ class MemoryLeases:
     def release(self, key: str, holder: str) -> bool:
         with self._driver._lock:
             return self._slots.get(key, {}).pop(holder, None) is not None
+
+    def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
+        with self._driver._lock:
+            now = self._driver._now()
+            keys = [key] if key is not None else list(self._slots)
+            live = [(k, h, t) for k in keys for h, t in self._slots.get(k, {}).items() if t > now]
+        live.sort()
+        return [LeaseSlot(key=k, holder=h, expires_at=t) for k, h, t in live[:limit]]

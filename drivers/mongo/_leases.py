@@ -18,6 +18,7 @@ from pymongo import errors as pe
 from pymongo.collection import Collection
 
 from jobcore.clock import to_millis
+from jobcore.records import LeaseSlot
 
 from ._errors import translated
 
@@ -84,3 +85,22 @@ class MongoLeases:
     def release(self, key: str, holder: str) -> bool:
         found = self._slots.update_one({"_id": key, "slots.holder": holder}, {"$pull": {"slots": {"holder": holder}}})
         return found.modified_count == 1
+
+    @translated
+    def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
+        now = self._driver._now()
+        match: dict[str, Any] = {"slots.expires": {"$gt": now}}
+        if key is not None:
+            match["_id"] = key
+        pipeline: list[dict[str, Any]] = [
+            {"$match": match},
+            {"$unwind": "$slots"},
+            {"$match": {"slots.expires": {"$gt": now}}},
+            {"$sort": {"_id": 1, "slots.holder": 1}},
+            {"$limit": limit},
+            {"$project": {"_id": 1, "holder": "$slots.holder", "expires": "$slots.expires"}},
+        ]
+        return [
+            LeaseSlot(key=d["_id"], holder=d["holder"], expires_at=d["expires"])
+            for d in self._slots.aggregate(pipeline)
+        ]

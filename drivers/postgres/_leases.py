@@ -11,8 +11,10 @@ it. ``renew`` and ``release`` are one statement each. The statements (``LEASE_*`
 from __future__ import annotations
 
 import zlib
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import TYPE_CHECKING
+
+from jobcore.records import LeaseSlot
 
 if TYPE_CHECKING:
     from . import PostgresDriver
@@ -49,3 +51,8 @@ class PostgresLeases:
 
     def release(self, key: str, holder: str) -> bool:
         return bool(self._d._fetch(self._d.q.LEASE_RELEASE, {"key": key, "holder": holder}))
+
+    def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
+        rows = self._d._fetch(self._d.q.LEASE_SLOTS, {"key": key, "now": self._d._now(), "limit": limit})
+        # the session's zone is the server's (or a pooler's): answer UTC, as every record
+        return [LeaseSlot(key=k, holder=h, expires_at=t.astimezone(timezone.utc)) for k, h, t in rows]

@@ -235,6 +235,25 @@ def _cmd_rescue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_slots(args: argparse.Namespace) -> int:
+    with open_store(args) as driver:
+        slots = driver.leases.holders(args.key, args.limit)
+        now = driver.clock.now()
+    if args.json:
+        print_json({"slots": [
+            {"key": s.key, "holder": s.holder, "expires_at": iso(s.expires_at),
+             "seconds_left": (s.expires_at - now).total_seconds()}
+            for s in slots
+        ]})
+        return 0
+    if not slots:
+        out("no slot is held")
+        return 0
+    rows = [[s.key, s.holder, when(s.expires_at), age(max(s.expires_at - now, timedelta(0)))] for s in slots]
+    out(table(["KEY", "HOLDER", "EXPIRES", "LEFT"], rows))
+    return 0
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
     dry = args.dry_run or args.sql
     with open_store(args) as driver:
@@ -406,6 +425,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = add("resume", "move a suspended (parked) job back to ready")
     p.add_argument("id", metavar="ID")
     p.set_defaults(func=_verb_handler("resume"))
+
+    p = add("slots", "fleet concurrency slots: who holds which lease key, until when (unexpired only)")
+    p.add_argument("--key", help="only this key")
+    p.add_argument("--limit", type=int, default=v.DEFAULT_PAGE, help=f"how many, 1..{v.MAX_PAGE}")
+    p.set_defaults(func=_cmd_slots)
 
     p = add("rescue", "put jobs whose lease lapsed back to ready (bury those on their final attempt)")
     p.set_defaults(func=_cmd_rescue)

@@ -3,8 +3,9 @@
 :class:`LeasesDoor` is the :class:`~jobcore.driver.LeaseStore` users call. It checks
 every argument once (names, the slot limit, the ttl) and refuses bad input with a
 coded :class:`~jobcore.errors.OptionInvalid` before the store is reached, so nothing is
-written. A driver implements only :class:`LeasesBackend`: three verbs on checked
-values, each one atomic step on the store.
+written. A driver implements only :class:`LeasesBackend`: three verbs and one read on
+checked values, each one atomic step on the store. The read's order and bound are kept
+here, once: the door sorts what the backend answers.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Protocol
 
 from jobcore import validate as v
 from jobcore.driver import Duration
-from jobcore.vocabulary import MAX_LEASE_SLOTS
+from jobcore.records import LeaseSlot
+from jobcore.vocabulary import MAX_LEASE_SLOTS, MAX_PAGE
 
 __all__ = ["LeasesBackend", "LeasesDoor"]
 
 
 class LeasesBackend(Protocol):
-    """What a driver implements for fleet leases (rules K01-K03): counted slots with expiry.
+    """What a driver implements for fleet leases (rules K01-K04): counted slots with expiry.
 
     A slot is ``(key, holder)`` with an expiry time on the store's clock (F01); at most
     ``limit`` unexpired slots of one key exist at any moment, however many processes
@@ -62,6 +64,16 @@ class LeasesBackend(Protocol):
         """
         ...
 
+    def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
+        """The unexpired slots (of ``key``, or of every key when ``None``), K04; a read.
+
+        Unexpired means ``expires_at > now`` on the store's clock. Answers the first
+        ``limit`` of them in ``(key, holder)`` code-point order (``limit`` is 1 to
+        ``MAX_PAGE``); the list itself may come in any order (the door sorts it). Never
+        writes; may read expired slots it then leaves out.
+        """
+        ...
+
 
 class LeasesDoor:
     """``driver.leases``: the checked :class:`~jobcore.driver.LeaseStore` over a :class:`LeasesBackend`."""
@@ -83,6 +95,13 @@ class LeasesDoor:
     def release(self, key: str, holder: str) -> bool:
         """:meth:`jobcore.driver.LeaseStore.release`."""
         return self._backend.release(v.check_name(key, "key"), v.check_name(holder, "holder"))
+
+    def holders(self, key: str | None = None, limit: int = 100) -> list[LeaseSlot]:
+        """:meth:`jobcore.driver.LeaseStore.holders`."""
+        name = None if key is None else v.check_name(key, "key")
+        count = v.check_int(limit, "limit", 1, MAX_PAGE)
+        found = sorted(self._backend.slots(name, count), key=lambda s: (s.key, s.holder))
+        return found[:count]
 
     def __repr__(self) -> str:
         return f"LeasesDoor({self._backend!r})"

@@ -10,8 +10,6 @@ driver protocol is synchronous).
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from importlib import resources
@@ -54,6 +52,7 @@ from jobcore.web._data import (
     throughput,
 )
 from jobcore.web._security import AUTH_COOKIE, CSRF_COOKIE, Auth, Guard
+from jobcore.web._snapshots import Snapshots
 
 __all__ = ["create_app"]
 
@@ -136,8 +135,7 @@ class _Dashboard:
     chart_ttl: float
     stats_ttl: float
     env: Environment = attrs.field(init=False)
-    _cache: dict[str, tuple[float, datetime, Any]] = attrs.field(init=False, factory=dict)
-    _cache_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    snapshots: Snapshots = attrs.field(init=False)
     static: dict[str, tuple[bytes, str]] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -153,6 +151,7 @@ class _Dashboard:
             for name in ("dashboard.css", "dashboard.js")
         }
         self.static["states.css"] = (_states_css().encode(), _STATIC_TYPES[".css"])
+        self.snapshots = Snapshots(self.driver.clock.now)
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -247,25 +246,17 @@ class _Dashboard:
 
     # -- pages --------------------------------------------------------------------------
 
-    def _cached(self, key: str, ttl: float, read: Callable[[], Any]) -> tuple[datetime, Any]:
-        """``read()`` (a store read) and the store time it was made at, reused for ``ttl`` seconds
-        by every request of this app: several operators' overviews refreshing every few seconds
-        then cost the store one count and one chart read per TTL, not one per page."""
-        with self._cache_lock:
-            cached = self._cache.get(key)
-            if cached is not None and time.monotonic() - cached[0] < ttl:
-                return cached[1], cached[2]
-            at, value = self.driver.clock.now(), read()
-            self._cache[key] = (time.monotonic(), at, value)
-            return at, value
-
     def overview(self, request: Request, _form: dict[str, str]) -> Response:
         intro = self.driver.introspect
-        now, stats = self._cached("stats", self.stats_ttl, intro.stats)
-        chart_time, chart = self._cached("chart", self.chart_ttl, lambda: throughput(intro, self.driver.clock.now()))
-        data = stats_data(stats)
+        # Both reads are snapshots kept fresh by a background thread while pages are served
+        # (every stats_ttl / chart_ttl seconds), so a render never waits for a count of
+        # every row: it shows the latest answer and its age.
+        counts = self.snapshots.get("stats", self.stats_ttl, intro.stats)
+        charts = self.snapshots.get("chart", self.chart_ttl, lambda: throughput(intro, self.driver.clock.now()))
+        data, chart, chart_time = stats_data(counts.value), charts.value, charts.at
         return self.render(
-            request, "overview.html", data=data, now=now, refresh=REFRESH_SECONDS, chart=chart, chart_time=chart_time,
+            request, "overview.html", data=data, now=counts.at, counts_age=int(counts.age()),
+            refresh=REFRESH_SECONDS, chart=chart, chart_time=chart_time,
             done_chart=_bar_chart(chart.done, "done", "completed per minute", chart.start),
             failed_chart=_bar_chart(chart.failed, "failed", "failed per minute", chart.start),
             done_total=sum(chart.done), failed_total=sum(chart.failed), minutes=CHART_MINUTES,
@@ -373,9 +364,13 @@ class _Dashboard:
         holders: dict[str, list[Job]] = {}
         for job in running:
             holders.setdefault(job.worker_id or "-", []).append(job)
+        now = self.driver.clock.now()
+        fleet = self.driver.leases.holders(limit=SLOT_ROWS)
         return self.render(
             request, "slots.html", holders=sorted(holders.items()), count=len(running),
-            capped=page.after is not None, now=self.driver.clock.now(), zero=timedelta(0),
+            capped=page.after is not None, now=now, zero=timedelta(0),
+            fleet=[(s, age(max(s.expires_at - now, timedelta(0)))) for s in fleet],
+            fleet_capped=len(fleet) >= SLOT_ROWS,
         )
 
     def rescue(self, request: Request, _form: dict[str, str]) -> Response:
@@ -457,8 +452,10 @@ def create_app(
     (``/ops/jobs``); an app mounted by a host (``Mount("/ops", app)``) needs none, since
     links follow the mount point. ``secret`` signs the CSRF and login cookies (random per
     process when not given; give one shared by every replica behind a load balancer).
-    ``chart_ttl`` and ``stats_ttl``: the overview's charts and counts are read from the store at
-    most this often (seconds) per app, however many pages are open (the counts read every row).
+    ``chart_ttl`` and ``stats_ttl``: the overview's charts and counts are read from the store by
+    one background thread per app every this many seconds while pages are being served (the
+    counts read every row), however many pages are open; a page shows the latest answer and
+    its age and never waits for a read, except the app's very first. 0 reads in each request.
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise OptionInvalid(f"prefix {prefix!r:.60} must start with / and not end with /", "e.g. prefix='/ops'")

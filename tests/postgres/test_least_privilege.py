@@ -139,6 +139,39 @@ def _ok(*argv: str) -> str:
     return done.stdout
 
 
+def _web_pages(url: str, *paths: str) -> dict[str, str]:
+    """``jobcore web`` under the role of ``url``, as an operator runs it: each page's text (every one a 200)."""
+    import socket  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobcore.cli", "web", "--url", url, "--port", str(port), "--read-only"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )
+    try:
+        pages: dict[str, str] = {}
+        deadline = time.monotonic() + WAIT
+        for path in paths:
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+                        assert answer.status == 200
+                        pages[path] = answer.read().decode()
+                        break
+                except OSError:
+                    assert proc.poll() is None, proc.communicate()[1]
+                    assert time.monotonic() < deadline, "jobcore web never answered"
+                    time.sleep(0.2)
+        return pages
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert "permission denied" not in err
+
+
 def _until(what: str, check: Callable[[], bool]) -> None:
     deadline = time.monotonic() + WAIT
     while not check():
@@ -252,6 +285,10 @@ def test_everything_runs_under_the_documented_worker_role(roles: Roles, tmp_path
         op("schedules", "pause", "tick")
         op("schedules", "resume", "tick")
         op("schedules", "remove", "tick")
+        assert app.leases.acquire("lp-quota", 1, "lp-holder", 60) is True
+        assert "lp-holder" in op("slots")
+        ran.add("web")
+        assert "lp-holder" in _web_pages(worker, "/", "/jobs", "/slots")["/slots"]
         ran.update({"migrate", "worker", "scheduler"})
 
         assert app.introspect.get(dead.id).state == JobState.CANCELLED

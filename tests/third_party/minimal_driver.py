@@ -43,6 +43,7 @@ from jobcore.records import (
     JobError,
     JobFilter,
     JobState,
+    LeaseSlot,
     Migration,
     PruneResult,
     RescueResult,
@@ -495,6 +496,13 @@ class MinimalLeases:
     def release(self, key: str, holder: str) -> bool:
         with self._s.lock:
             return self._slots.get(key, {}).pop(holder, None) is not None
+
+    def slots(self, key: str | None, limit: int) -> list[LeaseSlot]:
+        with self._s.lock:
+            now = self._s.now()
+            held = self._slots if key is None else {key: self._slots.get(key, {})}
+            live = sorted((k, h, t) for k, slots in held.items() for h, t in slots.items() if t > now)
+        return [LeaseSlot(key=k, holder=h, expires_at=t) for k, h, t in live[:limit]]
 
 
 # -- periodic schedules (SchedulesBackend) ----------------------------------------------------

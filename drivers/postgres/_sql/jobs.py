@@ -566,6 +566,14 @@ RETURNING l.holder
 
     LEASE_RELEASE = Sql("DELETE FROM {leases} AS l WHERE l.key = %(key)s AND l.holder = %(holder)s RETURNING l.holder")
 
+    LEASE_SLOTS = Sql(f"""
+SELECT l.key, l.holder, l.expires_at FROM {{leases}} AS l
+WHERE (%(key)s::text IS NULL OR l.key = %(key)s::text) AND l.expires_at > {NOW}
+ORDER BY l.key COLLATE "C", l.holder COLLATE "C"
+LIMIT %(limit)s
+""")
+    """Who holds what (K04): unexpired slots, first ``limit`` in code-point order of (key, holder)."""
+
 
 class StoreStatements:
     """The store itself: its schema version and its clock."""
