@@ -273,6 +273,9 @@ def test_W04_stop_drains_in_flight_jobs_and_abandons_them_past_the_timeout(
     try:
         assert quick_started.wait(WAIT)
         assert stuck_started.wait(WAIT)
+        # Its start recorded (F04): an attempt whose start never reached the store lost nothing, and
+        # a reclaim records nothing for it; this scenario is about one that did start.
+        wait_until(lambda: driver.introspect.get(abandoned.id).attempt == 1, what="its start to be recorded")  # type: ignore[union-attr]
         worker.request_stop(drain_timeout=3600.0)  # the drain ends when the scenario says so below
         late = quick.enqueue(3, driver=driver)
         release_quick.set()

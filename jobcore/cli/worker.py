@@ -142,32 +142,43 @@ def _run_worker(args: argparse.Namespace) -> int:
         )
     if args.driver is not None and args.connections is not None:
         v.check_int(args.connections, "--connections", 1, 1000)
-    with open_store(args, options=lambda url: connection_budget(url, args.connections)) as driver:
-        prepare_schema(driver, migrate=args.migrate, what="worker")
-        queues = queues_given or ",".join(sorted(default_registry.queues()))
-        worker = Worker(
-            queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,
-            strict_starts=args.strict_starts, driver=driver,
-            poll_interval=args.poll_interval,
-            drain_timeout=args.drain_timeout, worker_id=args.worker_id, rescue_interval=args.rescue_interval or None,
-            retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
-            scheduler=not args.no_scheduler,
-        )
-        metrics = None
-        if args.metrics_port is not None:
-            from jobcore.metrics import start_metrics_server  # noqa: PLC0415 - the optional extra loads only when asked
+    # A stop signal while connecting or migrating is kept, not fatal: the migration in
+    # progress finishes, then the worker exits 0 without starting.
+    early: list[signal.Signals] = []
+    restore_early = on_stop_signals(early.append)
+    try:
+        with open_store(args, options=lambda url: connection_budget(url, args.connections)) as driver:
+            prepare_schema(driver, migrate=args.migrate, what="worker")
+            queues = queues_given or ",".join(sorted(default_registry.queues()))
+            worker = Worker(
+                queues, concurrency=args.concurrency, lease=args.lease, margin=args.margin,
+                strict_starts=args.strict_starts, driver=driver,
+                poll_interval=args.poll_interval,
+                drain_timeout=args.drain_timeout, worker_id=args.worker_id,
+                rescue_interval=args.rescue_interval or None,
+                retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
+                scheduler=not args.no_scheduler,
+            )
+            metrics = None
+            if args.metrics_port is not None:
+                from jobcore.metrics import start_metrics_server  # noqa: PLC0415 - the optional extra loads only when asked
 
-            metrics = start_metrics_server(args.metrics_port, driver=driver)
-            worker.log.info("serving metrics on port %d at /metrics", metrics.port)
-        previous = set_job_driver(driver)
-        restore = _install_signal_handlers(worker)
-        try:
-            worker.run()
-        finally:
-            restore()
-            if metrics is not None:
-                metrics.close()
-            set_job_driver(previous)
+                metrics = start_metrics_server(args.metrics_port, driver=driver)
+                worker.log.info("serving metrics on port %d at /metrics", metrics.port)
+            previous = set_job_driver(driver)
+            restore = _install_signal_handlers(worker)
+            try:
+                if early:  # asked to stop while connecting or migrating: the worker never starts
+                    worker.log.warning("%s received while starting: the worker does not start", early[0].name)
+                else:
+                    worker.run()
+            finally:
+                restore()
+                if metrics is not None:
+                    metrics.close()
+                set_job_driver(previous)
+    finally:
+        restore_early()
     return 0
 
 
