@@ -39,6 +39,7 @@ from jobcore.records import (
     BulkResult,
     ClaimResult,
     ClaimToken,
+    FinishedCount,
     Job,
     JobFilter,
     JobSpec,
@@ -172,6 +173,19 @@ class Introspector(Protocol):
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> builtins.list[Job]:
         """``dead`` jobs, most recently finished first (O08); ``limit`` 1..200."""
+        ...
+
+    def finished_per_minute(self, minutes: int = 60) -> builtins.list[FinishedCount]:
+        """Jobs finished per minute and finished state over the last ``minutes`` minutes (O10).
+
+        The window is ``minutes`` whole minutes on the store's clock (F01), the last being
+        the current one: from the start of now's minute less ``minutes - 1`` minutes, up to
+        now. Each :class:`FinishedCount` counts the jobs whose ``finished_at`` falls in one
+        minute (``minute``: its UTC start) and that are in one finished state; minutes and
+        states with no job are absent. Sorted by minute, then state. Exact, whatever the
+        store's size: a job enqueued long ago counts by when it finished. ``minutes``
+        outside 1..1440 (``MAX_CHART_MINUTES``) is refused with ``JC_OPTION_INVALID``.
+        """
         ...
 
     def rescue(self) -> RescueResult:

@@ -28,6 +28,7 @@ __all__ = [
     "ClaimResult",
     "ClaimToken",
     "Claimed",
+    "FinishedCount",
     "Job",
     "JobError",
     "JobFilter",
@@ -430,6 +431,22 @@ class Stats:
         st = JobState(state)
         queues = [queue] if queue is not None else list(self.counts)
         return sum(self.counts.get(q, {}).get(st, 0) for q in queues)
+
+
+@_record
+@attrs.frozen(kw_only=True)
+class FinishedCount:
+    """One bar of ``introspect.finished_per_minute`` (O10).
+
+    Attributes:
+        minute: The start of the minute (UTC, on the store's clock) the jobs finished in.
+        state: The finished state they ended in.
+        count: How many jobs ended in ``state`` with ``finished_at`` in that minute (at least 1).
+    """
+
+    minute: datetime
+    state: JobState = attrs.field(converter=JobState)
+    count: int
 
 
 def _age(value: object) -> timedelta | None:

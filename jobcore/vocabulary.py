@@ -43,6 +43,7 @@ __all__ = [
     "LIVE_STATES",
     "MAX_ATTEMPTS",
     "MAX_BULK_ROWS",
+    "MAX_CHART_MINUTES",
     "MAX_CLAIM_BATCH",
     "MAX_DELAY",
     "MAX_ENQUEUE_BATCH",
@@ -195,5 +196,7 @@ MIN_LEASE: Final = timedelta(milliseconds=1)
 MAX_LEASE: Final = timedelta(days=7)
 MAX_DELAY: Final = timedelta(days=36_500)
 MAX_SPREAD: Final = timedelta(hours=1)
+MAX_CHART_MINUTES: Final = 1440
+"""Most minutes one ``introspect.finished_per_minute`` call covers (a day, O10)."""
 MAX_LEASE_SLOTS: Final = 1_000_000
 """Largest ``limit`` of a fleet lease key (slots live at once, K01)."""

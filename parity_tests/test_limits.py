@@ -59,6 +59,7 @@ class L:
     DEFAULT_PRUNE_BATCH = 500
     MAX_LEASE_SLOTS = 1_000_000
     MAX_QUEUES = 100
+    MAX_CHART_MINUTES = 1440
 
 
 def _nested(depth: int) -> Any:
@@ -277,6 +278,21 @@ def test_O07_O08_page_limit_of_exactly_max_page(driver: JobDriver) -> None:
     with refused("JC_OPTION_INVALID"):
         driver.introspect.dead_letters(limit=L.MAX_PAGE + 1)
     assert [j.id for j in driver.introspect.dead_letters(limit=L.MAX_PAGE)] == [dead.id]
+
+
+# --- MAX_CHART_MINUTES ---------------------------------------------------------------------
+
+
+def test_O10_finished_minutes_of_exactly_max_chart_minutes(driver: JobDriver, clock: ManualClock) -> None:
+    """finished_per_minute takes minutes=MAX_CHART_MINUTES and reaches back that far; one more is refused."""
+    finished_job(driver, "done")
+    clock.advance(minutes=L.MAX_CHART_MINUTES - 1, seconds=59)
+    counted = driver.introspect.finished_per_minute(L.MAX_CHART_MINUTES)
+    assert [(c.state, c.count) for c in counted] == [(JobState.DONE, 1)]
+    with refused("JC_OPTION_INVALID"):
+        driver.introspect.finished_per_minute(L.MAX_CHART_MINUTES + 1)
+    clock.advance(seconds=1)
+    assert driver.introspect.finished_per_minute(L.MAX_CHART_MINUTES) == []
 
 
 # --- DEFAULT_MAX_ATTEMPTS and MAX_ATTEMPTS ---------------------------------------------------

@@ -1,8 +1,8 @@
-"""Parity scenarios for rules O01-O09: operator verbs, bulk verbs, listing, stats, get."""
+"""Parity scenarios for rules O01-O10: operator verbs, bulk verbs, listing, stats, get, finished per minute."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ from jobcore import cancel_job, vocabulary
 from jobcore import validate as v
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
-from jobcore.records import JobFilter, JobSpec, JobState
+from jobcore.records import FinishedCount, JobFilter, JobSpec, JobState
 
 FINISHED = ["done", "failed", "dead", "cancelled"]
 
@@ -755,3 +755,79 @@ def test_O09_ids_beyond_64_bits_are_unknown(driver: JobDriver, job_id: str) -> N
         with refused("JC_JOB_NOT_FOUND"):
             verb(job_id)
     assert driver.introspect.get(job.id) == job
+
+
+# --- O10 ------------------------------------------------------------------------------
+
+
+def _minute(clock: ManualClock, ago: int = 0) -> datetime:
+    return clock.now().replace(second=0, microsecond=0) - timedelta(minutes=ago)
+
+
+def test_O10_finished_jobs_counted_per_minute_and_state(driver: JobDriver, clock: ManualClock) -> None:
+    """Each finished job counts once, in the minute of its finished_at and its finished state."""
+    first = _minute(clock)
+    finished_job(driver, "done")
+    clock.advance(seconds=30)
+    finished_job(driver, "failed")
+    clock.advance(seconds=60)
+    second = _minute(clock)
+    for state in ("done", "done", "dead", "cancelled"):
+        finished_job(driver, state)
+    clock.advance(seconds=40)
+    assert driver.introspect.finished_per_minute() == [
+        FinishedCount(minute=first, state=JobState.DONE, count=1),
+        FinishedCount(minute=first, state=JobState.FAILED, count=1),
+        FinishedCount(minute=second, state=JobState.CANCELLED, count=1),
+        FinishedCount(minute=second, state=JobState.DEAD, count=1),
+        FinishedCount(minute=second, state=JobState.DONE, count=2),
+    ]
+    # The same jobs as listing finds: counted from the store, one per finished job.
+    finished = [j for j in all_jobs(driver) if j.state.value in FINISHED]
+    assert sum(c.count for c in driver.introspect.finished_per_minute()) == len(finished) == 6
+
+
+def test_O10_live_jobs_are_never_counted(driver: JobDriver, clock: ManualClock) -> None:
+    """Live jobs, in any state, are not counted; a requeued job stops counting."""
+    for state in ("ready", "scheduled", "running", "suspended"):
+        _live_job(driver, state)
+    again = finished_job(driver, "dead")
+    kept = finished_job(driver, "done")
+    clock.advance(seconds=1)
+    driver.introspect.requeue(again.id)
+    assert driver.introspect.finished_per_minute() == [
+        FinishedCount(minute=_minute(clock), state=JobState.DONE, count=1),
+    ]
+    assert driver.introspect.get(kept.id) is not None
+
+
+def test_O10_window_is_the_last_whole_minutes(driver: JobDriver, clock: ManualClock) -> None:
+    """The window is `minutes` whole minutes ending with the current one; a job finished
+    before it is not counted. The default is 60 minutes."""
+    early = _minute(clock)
+    finished_job(driver, "done")  # at the very start of its minute
+    clock.advance(seconds=60)
+    finished_job(driver, "failed")
+    clock.advance(seconds=90)  # now 2.5 minutes after the first
+    late = FinishedCount(minute=_minute(clock, 1), state=JobState.FAILED, count=1)
+    both = [FinishedCount(minute=early, state=JobState.DONE, count=1), late]
+    assert driver.introspect.finished_per_minute(1) == []
+    assert driver.introspect.finished_per_minute(2) == [late]
+    assert driver.introspect.finished_per_minute(3) == both
+    assert driver.introspect.finished_per_minute(60) == both
+    clock.advance(minutes=57)  # the first job's minute is now 59 whole minutes before the current one
+    assert driver.introspect.finished_per_minute() == both
+    clock.advance(minutes=1)
+    assert driver.introspect.finished_per_minute() == [late]
+    assert driver.introspect.finished_per_minute(61) == both
+
+
+@pytest.mark.parametrize("minutes", [0, -1, vocabulary.MAX_CHART_MINUTES + 1, True, 1.5, "60", None])
+def test_O10_bad_minutes_refused_writes_nothing(driver: JobDriver, minutes: Any) -> None:
+    """minutes outside 1..MAX_CHART_MINUTES, or not an int, is refused and nothing changes."""
+    finished_job(driver, "done")
+    driver.enqueue("a")
+    before = all_jobs(driver)
+    with refused("JC_OPTION_INVALID"):
+        driver.introspect.finished_per_minute(minutes)
+    assert all_jobs(driver) == before

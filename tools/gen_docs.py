@@ -172,6 +172,8 @@ LIMITS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("MAX_CLAIM_BATCH", "`claim(limit=...)` (C05)", ("test_C05_claim_limit_of_exactly_max_claim_batch",)),
     ("MAX_BULK_ROWS", "rows one `*_many` operator call moves, and its default limit (O05)", (
         "test_O05_bulk_limit_of_exactly_max_bulk_rows", "test_O05_bulk_default_limit_is_max_bulk_rows")),
+    ("MAX_CHART_MINUTES", "minutes one `finished_per_minute` call covers (O10)", (
+        "test_O10_finished_minutes_of_exactly_max_chart_minutes",)),
     ("DEFAULT_PAGE", "jobs in a `list` page when no limit is given (O07)", (
         "test_O07_default_page_holds_default_page_jobs",)),
     ("MAX_PAGE", "largest `list` and `dead_letters` limit (O07, O08)", (

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobcore.door._introspect import Refused, Spacing, prune_cutoffs
+from jobcore.door._introspect import FinishedRow, Refused, Spacing, chart_since, prune_cutoffs
 from jobcore.records import (
     BulkResult,
     Job,
@@ -21,6 +21,7 @@ from jobcore.records import (
     RescueResult,
     Stats,
 )
+from jobcore.records import FINISHED_STATES
 from jobcore.vocabulary import CANCELLED_ENTRY, CLAIMABLE_STATES
 
 if TYPE_CHECKING:
@@ -83,6 +84,17 @@ class MemoryIntrospect:
             rows = [r for r in self._d._rows.values() if r.state is DEAD and (queue is None or r.queue == queue)]
             rows.sort(key=lambda r: (r.finished_at, r.seq), reverse=True)
             return [r.job() for r in rows[:limit]]
+
+    def finished_counts(self, minutes: int) -> list[FinishedRow]:
+        with self._d._lock:
+            since = chart_since(self._d._now(), minutes)
+            counts: dict[tuple[datetime, JobState], int] = {}
+            for row in self._d._rows.values():
+                at = row.finished_at
+                if row.state in FINISHED_STATES and at is not None and at >= since:
+                    bucket = (at.replace(second=0, microsecond=0), row.state)
+                    counts[bucket] = counts.get(bucket, 0) + 1
+            return [(minute, state, n) for (minute, state), n in counts.items()]
 
     def rescue(self) -> RescueResult:
         d = self._d

@@ -10,14 +10,14 @@ their state guard in the write, and count what a second call could still move.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from psycopg import errors as pg
 
-from jobcore.door._introspect import Refused, Spacing
+from jobcore.door._introspect import FinishedRow, Refused, Spacing
 from jobcore.errors import BackendFailure
-from jobcore.records import BulkResult, Job, JobFilter, JobState, PruneResult, RescueResult, Stats
+from jobcore.records import FINISHED_STATES, BulkResult, Job, JobFilter, JobState, PruneResult, RescueResult, Stats
 from jobcore.vocabulary import kept_changing
 
 from ._prune import Pruner
@@ -68,6 +68,11 @@ class PostgresIntrospect:
     def dead_letters(self, queue: str | None, limit: int) -> list[Job]:
         rows = self._d._fetch(self._d.q.DEAD_LETTERS, {"queue": queue, "limit": limit}, retry=True)
         return [job_from_row(r) for r in rows]
+
+    def finished_counts(self, minutes: int) -> list[FinishedRow]:
+        params = {"states": _values(FINISHED_STATES), "minutes": minutes, "now": self._d._now()}
+        rows = self._d._fetch(self._d.q.FINISHED_COUNTS, params, retry=True)
+        return [(minute.astimezone(timezone.utc), JobState(state), int(n)) for minute, state, n in rows]
 
     def rescue(self) -> RescueResult:
         rows = self._d._fetch(self._d.q.RESCUE, {"now": self._d._now(), "channel": self._d.channel})

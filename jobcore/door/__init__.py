@@ -10,12 +10,22 @@ that need its store's atomicity; ``driver.introspect``, ``driver.leases`` and
 ``driver.schedules`` are the doors over the last three.
 """
 
-from jobcore.door._introspect import IntrospectBackend, IntrospectDoor, Refused, Spacing, job_seq, prune_cutoffs
+from jobcore.door._introspect import (
+    FinishedRow,
+    IntrospectBackend,
+    IntrospectDoor,
+    Refused,
+    Spacing,
+    chart_since,
+    job_seq,
+    prune_cutoffs,
+)
 from jobcore.door._jobs import FrontDoor, JobsBackend
 from jobcore.door._leases import LeasesBackend, LeasesDoor
 from jobcore.door._schedules import SchedulesBackend, SchedulesDoor
 
 __all__ = [
+    "FinishedRow",
     "FrontDoor",
     "IntrospectBackend",
     "IntrospectDoor",
@@ -26,6 +36,7 @@ __all__ = [
     "SchedulesBackend",
     "SchedulesDoor",
     "Spacing",
+    "chart_since",
     "job_seq",
     "prune_cutoffs",
 ]

@@ -1,9 +1,9 @@
 """The operator front door: :class:`IntrospectDoor` over a driver's :class:`IntrospectBackend`.
 
 ``driver.introspect`` is an :class:`IntrospectDoor`. It implements the public
-:class:`jobcore.driver.Introspector` (rules O01-O09, C10, R01, S05) once for every driver:
+:class:`jobcore.driver.Introspector` (rules O01-O10, C10, R01, S05) once for every driver:
 it checks every argument (ids, filters, pages and cursors, bulk limits, spreads,
-retention policies, reasons), applies the defaults, intersects each verb's filter with
+retention policies, reasons, chart windows), applies the defaults, intersects each verb's filter with
 the verb's state guard from :data:`jobcore.vocabulary.GUARDS`, and words every refusal
 through :mod:`jobcore.vocabulary`. Junk input never reaches the backend.
 
@@ -26,6 +26,7 @@ from jobcore.driver import Duration
 from jobcore.records import (
     FINISHED_STATES,
     BulkResult,
+    FinishedCount,
     Job,
     JobFilter,
     JobState,
@@ -38,13 +39,17 @@ from jobcore.records import (
 from jobcore.vocabulary import (
     CANCELLED_TEXT,
     GUARDS,
+    MAX_CHART_MINUTES,
     MAX_PRUNE_ROWS,
     key_held,
     not_found,
     refused,
 )
 
-__all__ = ["IntrospectBackend", "IntrospectDoor", "Refused", "Spacing", "job_seq", "prune_cutoffs"]
+__all__ = [
+    "FinishedRow", "IntrospectBackend", "IntrospectDoor", "Refused", "Spacing", "chart_since", "job_seq",
+    "prune_cutoffs",
+]
 
 _MAX_SEQ: Final = 2**63 - 1
 _FINISHED: Final = tuple(sorted(FINISHED_STATES))
@@ -53,6 +58,10 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 Spacing = Callable[[int], Sequence[timedelta]]
 """``requeue_many``'s due-time offsets: given how many rows move, one offset from now per
 row (in the order the rows move, each a whole number of milliseconds, 0 for the first)."""
+
+
+FinishedRow = tuple[datetime, JobState, int]
+"""One row of ``IntrospectBackend.finished_counts``: (start of the minute, finished state, count)."""
 
 
 @attrs.frozen
@@ -90,6 +99,13 @@ def prune_cutoffs(ages: Mapping[JobState, timedelta], now: datetime) -> dict[Job
     return {state: to_millis(now - age) for state, age in ages.items()}
 
 
+def chart_since(now: datetime, minutes: int) -> datetime:
+    """The start of ``finished_per_minute``'s window at ``now`` (O10): the start of now's
+    minute, less ``minutes - 1`` minutes, so the window is ``minutes`` whole minutes, the
+    last being the current one."""
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+
+
 @runtime_checkable
 class IntrospectBackend(Protocol):
     """What a driver implements for reads, operator verbs and retention: store access only.
@@ -122,6 +138,13 @@ class IntrospectBackend(Protocol):
 
     def dead_letters(self, queue: str | None, limit: int) -> Sequence[Job]:
         """Up to ``limit`` ``dead`` jobs (of ``queue`` if given), latest ``finished_at`` first, then newest (O08)."""
+        ...
+
+    def finished_counts(self, minutes: int) -> Sequence[FinishedRow]:
+        """Per (minute, finished state), how many jobs have ``finished_at`` at or after
+        :func:`chart_since` (now, ``minutes``) on the store's clock (O10): the minute as the
+        UTC start of the minute ``finished_at`` falls in; rows of count 0 may be left out,
+        in any order (the door sorts)."""
         ...
 
     def rescue(self) -> RescueResult:
@@ -234,6 +257,15 @@ class IntrospectDoor:
         name = v.check_name(queue, "queue", optional=True)
         size = v.check_int(limit, "limit", 1, v.MAX_PAGE)
         return list(self._backend.dead_letters(name, size))
+
+    def finished_per_minute(self, minutes: int = 60) -> builtins.list[FinishedCount]:
+        size = v.check_int(minutes, "minutes", 1, MAX_CHART_MINUTES)
+        rows = [
+            FinishedCount(minute=minute, state=state, count=int(count))
+            for minute, state, count in self._backend.finished_counts(size)
+            if count > 0 and state in FINISHED_STATES
+        ]
+        return sorted(rows, key=lambda r: (r.minute, r.state.value))
 
     def rescue(self) -> RescueResult:
         return self._backend.rescue()

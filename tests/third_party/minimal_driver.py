@@ -31,10 +31,12 @@ from jobcore.door import (
     Refused,
     SchedulesDoor,
     Spacing,
+    chart_since,
     job_seq,
     prune_cutoffs,
 )
 from jobcore.records import (
+    FINISHED_STATES,
     BulkResult,
     Claimed,
     ClaimResult,
@@ -326,6 +328,16 @@ class MinimalIntrospect:
             rows = [r for r in self._s.rows.values() if r.state is DEAD and queue in (None, r.queue)]
             rows.sort(key=lambda r: (r.finished_at, r.seq), reverse=True)
             return [r.job() for r in rows[:limit]]
+
+    def finished_counts(self, minutes: int) -> list[tuple[datetime, JobState, int]]:
+        with self._s.lock:
+            since = chart_since(self._s.now(), minutes)
+            counts: dict[tuple[datetime, JobState], int] = {}
+            for row in self._s.rows.values():
+                if row.state in FINISHED_STATES and row.finished_at is not None and row.finished_at >= since:
+                    bucket = (row.finished_at.replace(second=0, microsecond=0), row.state)
+                    counts[bucket] = counts.get(bucket, 0) + 1
+            return [(minute, state, n) for (minute, state), n in counts.items()]
 
     def rescue(self) -> RescueResult:
         s = self._s

@@ -22,7 +22,7 @@ from jobcore.vocabulary import (
     LEASE_LAPSED_FINAL_TEMPLATE,
 )
 
-from .common import LIVE, NOW, NOW_MS, Sql, in_list, lit, ms
+from .common import FINISHED, LIVE, NOW, NOW_MS, Sql, in_list, lit, ms
 
 __all__ = ["JOB_COLUMNS", "JobStatements"]
 
@@ -434,6 +434,18 @@ SELECT j.queue, NULL, NULL, {NOW} - min(j.run_at) FROM {{jobs}} AS j
 WHERE j.state IN {in_list(CLAIMABLE_STATES)} AND j.run_at <= {NOW} GROUP BY j.queue
 """)
     """Counts per (queue, state), then per queue the age of its oldest due job on the store's clock (O08)."""
+
+    FINISHED_COUNTS = Sql(f"""
+SELECT date_trunc('minute', j.finished_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', j.state, count(*)
+FROM {{jobs}} AS j
+WHERE j.state IN {FINISHED} AND j.state = ANY(%(states)s::text[])
+  AND j.finished_at >= date_trunc('minute', {NOW} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+      - (%(minutes)s::int - 1) * interval '1 minute'
+GROUP BY 1, 2
+""")
+    """Jobs finished per (UTC minute, state) since the start of the window on the store's clock
+    (O10): one range scan of ``jobs_finished`` (state, finished_at, id) per finished state. The
+    literal ``IN`` list lets the planner use the partial index in a generic plan too."""
 
     DEAD_LETTERS = Sql(f"""
 SELECT {_COLS} FROM {{jobs}} AS j
