@@ -557,6 +557,26 @@ def test_charts_are_read_from_the_store_at_most_once_per_ttl(driver: JobDriver) 
     assert "last 60 min <strong>2</strong>" in fresh.get("/").text
 
 
+def test_charts_count_an_old_job_that_finished_within_the_hour() -> None:
+    """A job enqueued before 1,000 newer jobs and finished a minute ago is on the chart (issue 19)."""
+    clock = ManualClock(START)
+    driver = MemoryDriver(clock=clock)
+    old = driver.enqueue("old", queue="slow")
+    clock.advance(seconds=1)
+    newer = driver.enqueue_many([{"name": "new", "queue": "busy"} for _ in range(1000)])
+    assert len(newer) == 1000
+    claimed = driver.claim(["slow"], worker_id="w", lease=LEASE).claimed[0]
+    assert claimed.job.id == old.id
+    clock.advance(minutes=30)
+    driver.nack(claimed.token, "late", fail=True)
+    clock.advance(minutes=1)
+    html = TestClient(create_app(driver, auth=_allow, chart_ttl=0)).get("/").text
+    assert "Completed per minute, last 60 min <strong>0</strong>" in html
+    assert "Failed or dead per minute, last 60 min <strong>1</strong>" in html
+    assert html.count('class="fill-failed"><title>') == 1
+    assert "most recently enqueued" not in html  # the page no longer says how many jobs it read
+
+
 def test_overview_never_waits_for_the_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """While the background thread's count is stuck in the store, pages serve the last counts and their age."""
     import threading  # noqa: PLC0415

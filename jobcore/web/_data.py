@@ -15,12 +15,11 @@ import attrs
 from jobcore.cli._verbs import estimate, parse_state, parse_time
 from jobcore.driver import Introspector
 from jobcore.errors import OptionInvalid
-from jobcore.records import FINISHED_STATES, JobFilter, JobState, Stats
+from jobcore.records import JobFilter, JobState, Stats
 from jobcore.vocabulary import GUARDS, MAX_BULK_ROWS, MAX_PAGE
 
 __all__ = [
     "CHART_MINUTES",
-    "CHART_ROWS",
     "COUNT_CAP",
     "Throughput",
     "count_matching",
@@ -30,8 +29,6 @@ __all__ = [
 
 CHART_MINUTES = 60
 """The charts cover the last hour, one bar a minute."""
-CHART_ROWS = 1000
-"""At most this many of the most recently enqueued finished jobs are read for the charts."""
 COUNT_CAP = MAX_BULK_ROWS
 """A selection the stats cannot count is counted by paging, up to this many rows."""
 
@@ -92,41 +89,24 @@ class Throughput:
     done: tuple[int, ...]
     failed: tuple[int, ...]
     """``failed`` and ``dead`` together: attempts that ended the job without success."""
-    sampled: int
-    """How many finished jobs were read."""
-    capped: bool
-    """True when :data:`CHART_ROWS` were read and older finished jobs were left out."""
-
-
-_COUNTED = FINISHED_STATES - {JobState.CANCELLED}
 
 
 def throughput(intro: Introspector, now: datetime) -> Throughput:
-    """Completed and failed jobs per minute over the last hour, from the store.
+    """Completed and failed jobs per minute over the last hour, from the store (O10).
 
-    Reads the most recently enqueued jobs (newest first, unfiltered: the jobs page's own
-    statement, at most :data:`CHART_ROWS`) and counts each ``done``, ``failed`` or
-    ``dead`` one whose ``finished_at`` falls in the last hour by its minute. The store
-    keeps no per-minute counters, so a job enqueued before the newest :data:`CHART_ROWS`
-    and finished within the hour is left out; the page says how many jobs were read.
+    One read, ``introspect.finished_per_minute(CHART_MINUTES)``: the store counts every
+    ``done``, ``failed`` and ``dead`` job by the minute of its ``finished_at``, however long
+    ago it was enqueued. ``now`` (the store's time) places the bars; a count for a minute
+    outside the hour ending at ``now`` (the clock moved between the two reads) is left out.
     """
-    start = (now - timedelta(minutes=CHART_MINUTES - 1)).replace(second=0, microsecond=0)
+    start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
     done = [0] * CHART_MINUTES
     failed = [0] * CHART_MINUTES
-    read, after = 0, None
-    while read < CHART_ROWS:
-        page = intro.list(None, MAX_PAGE, after=after)
-        read += len(page.jobs)
-        for job in page.jobs:
-            if job.finished_at is None or job.finished_at < start or job.state not in _COUNTED:
-                continue
-            minute = int((job.finished_at - start).total_seconds() // 60)
-            if 0 <= minute < CHART_MINUTES:
-                (done if job.state is JobState.DONE else failed)[minute] += 1
-        if page.after is None:
-            return Throughput(start, tuple(done), tuple(failed), read, capped=False)
-        after = page.after
-    return Throughput(start, tuple(done), tuple(failed), read, capped=True)
+    for bar in intro.finished_per_minute(CHART_MINUTES):
+        minute = int((bar.minute - start).total_seconds() // 60)
+        if 0 <= minute < CHART_MINUTES and bar.state is not JobState.CANCELLED:
+            (done if bar.state is JobState.DONE else failed)[minute] += bar.count
+    return Throughput(start, tuple(done), tuple(failed))
 
 
 def check_bulk_filter(flt: JobFilter | None, verb: str) -> JobFilter:
