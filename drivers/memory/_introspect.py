@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from jobcore.door._introspect import FinishedRow, Refused, Spacing, chart_since, prune_cutoffs
 from jobcore.records import (
+    FINISHED_STATES,
     BulkResult,
     Job,
     JobFilter,
@@ -21,7 +22,6 @@ from jobcore.records import (
     RescueResult,
     Stats,
 )
-from jobcore.records import FINISHED_STATES
 from jobcore.vocabulary import CANCELLED_ENTRY, CLAIMABLE_STATES
 
 if TYPE_CHECKING:

@@ -118,7 +118,8 @@ def test_one_job_and_dead_letters_use_their_indexes(
     # as the generic plan the driver runs (the finished rows here are two days old).
     chart = plans["/ FINISHED_COUNTS"]
     assert re.search(r"(Index|Index Only|Bitmap Index) Scan (using|on) jobs_finished", chart), chart
-    assert re.search(r"Index Cond: .*finished_at >=", chart) and "Seq Scan" not in chart, chart
+    assert re.search(r"Index Cond: .*finished_at >=", chart), chart
+    assert "Seq Scan" not in chart, chart
 
 
 def test_every_page_statement_has_an_index_to_read(
