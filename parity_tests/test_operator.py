@@ -802,8 +802,7 @@ def test_O10_live_jobs_are_never_counted(driver: JobDriver, clock: ManualClock) 
 
 
 def test_O10_window_is_the_last_whole_minutes(driver: JobDriver, clock: ManualClock) -> None:
-    """The window is `minutes` whole minutes ending with the current one; a job finished
-    before it is not counted. The default is 60 minutes."""
+    """The window is `minutes` whole minutes ending with the current one (default 60); earlier jobs are out."""
     early = _minute(clock)
     finished_job(driver, "done")  # at the very start of its minute
     clock.advance(seconds=60)
