@@ -198,6 +198,7 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
         "list": lambda: (i.list, {**everything, "limit": 10, "after": None, "before": None}),
         "stats": lambda: (i.stats, {}),
         "dead_letters": lambda: (i.dead_letters, {"queue": "default", "limit": 10}),
+        "finished_per_minute": lambda: (i.finished_per_minute, {"minutes": 60}),
         "rescue": lambda: (i.rescue, {}),
         "cancel": lambda: (i.cancel, {"job_id": w.job_id(), "reason": "junk test"}),
         "requeue": lambda: (i.requeue, {"job_id": w.job_id()}),

@@ -18,7 +18,7 @@ import pytest
 from jobcore.parity.test_junk import JUNK
 
 from jobcore import vocabulary
-from jobcore.door import IntrospectBackend, IntrospectDoor
+from jobcore.door import FinishedRow, IntrospectBackend, IntrospectDoor
 from jobcore.door._introspect import Refused, job_seq
 from jobcore.driver import Introspector
 from jobcore.errors import JobcoreError
@@ -57,6 +57,9 @@ class Recorder:
 
     def dead_letters(self, queue: str | None, limit: int) -> Sequence[Job]:
         return self._answer("dead_letters", (queue, limit), [])
+
+    def finished_counts(self, minutes: int) -> Sequence[FinishedRow]:
+        return self._answer("finished_counts", (minutes,), [])
 
     def rescue(self) -> RescueResult:
         return self._answer("rescue", (), RescueResult(requeued=0, buried=()))
@@ -101,6 +104,7 @@ VALID: dict[str, dict[str, Any]] = {
     "list": {"filter": JobFilter(queue="q"), "limit": 10, "after": None, "before": None},
     "stats": {},
     "dead_letters": {"queue": "q", "limit": 10},
+    "finished_per_minute": {"minutes": 60},
     "rescue": {},
     "cancel": {"job_id": "5", "reason": "why"},
     "requeue": {"job_id": "5"},
@@ -143,6 +147,9 @@ def _checked_shapes(method: str, args: tuple[Any, ...]) -> None:
                   "promote_many"}:
         assert type(args[1]) is int, (method, args)
         assert 1 <= args[1] <= vocabulary.MAX_BULK_ROWS + 1, (method, args)
+    if method == "finished_counts":
+        assert type(args[0]) is int, (method, args)
+        assert 1 <= args[0] <= vocabulary.MAX_CHART_MINUTES, (method, args)
     if method == "dead_letters":
         assert args[0] is None or isinstance(args[0], str), (method, args)
     if method in {"cancel", "cancel_many"}:
