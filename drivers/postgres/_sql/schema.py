@@ -12,7 +12,7 @@ only ``ready``/``scheduled`` rows in claim order per queue, and ``jobs_running``
 ``running`` rows by lease expiry, so neither grows with ``done``/``dead`` history.
 ``jobs_live_key`` is the partial unique index behind idempotency keys (E02).
 ``jobs_finished`` holds only finished rows by (state, finished_at): pruning's oldest-first
-read, never touched by a claim.
+read and the dashboard's jobs finished per minute (O10), never touched by a claim.
 """
 
 from __future__ import annotations
