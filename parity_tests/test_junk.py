@@ -215,6 +215,7 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
         "acquire": lambda: (leases.acquire, {"key": "slot", "limit": 2, "holder": "h1", "ttl": 30}),
         "renew": lambda: (leases.renew, {"key": "slot", "holder": "h1", "ttl": 30}),
         "release": lambda: (leases.release, {"key": "slot", "holder": "h1"}),
+        "holders": lambda: (leases.holders, {"key": "slot", "limit": 10}),
         # ScheduleStore methods share names with Introspector's, so they are keyed "schedules.<name>"
         "schedules.declare": lambda: (sched.declare, {"name": "junk2", "definition": {"every": 60}, "start": AWARE}),
         "schedules.get": lambda: (sched.get, {"name": w.schedule().name}),

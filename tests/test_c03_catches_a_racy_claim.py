@@ -37,13 +37,22 @@ def FreshLockDriver(clock: YieldingClock) -> MemoryDriver:
     return driver
 
 
+def _storms_until(driver: MemoryDriver, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        claim_storm(driver)
+
+
 @pytest.mark.parametrize("run", range(3))
 def test_the_storm_fails_a_claim_without_exclusion_as_C03_fast(run: int) -> None:
-    """Three runs: each fails with a C03 message (a job handed out twice or lost) in a fraction of the bound."""
+    """Three runs: each fails with a C03 message (a job handed out twice or lost) in a fraction of the bound.
+
+    On a machine shared with other test processes one storm (1.5 s of rounds) now and then
+    runs too few rounds to meet the race, so storms repeat until one fails or the time is up.
+    """
     driver = FreshLockDriver(clock=YieldingClock(START))
     began = time.monotonic()
     with pytest.raises(AssertionError, match=r"^C03: "):
-        claim_storm(driver)
+        _storms_until(driver, began + STORM_SECONDS / 4)
     assert time.monotonic() - began < STORM_SECONDS / 4
 
 
