@@ -18,23 +18,36 @@ With pytest, add ``pytest_plugins = ["jobcore.testing"]`` to a ``conftest.py`` a
 the ``job_tester`` fixture. Handlers run through the worker's own execution code
 (:mod:`jobcore.worker._execution`: retries with backoff, terminal types, dead letters,
 unstorable results) except that timeouts and concurrency limits are not enforced:
-there is only one thread.
+jobs run one at a time.
+
+In an async test (pytest-asyncio, anyio), ``await jobs.run_due_async()`` runs the due
+jobs with the async handlers awaited on the test's own event loop::
+
+    async def test_signup_sends_welcome_mail(job_tester):
+        await signup_async("ada@example.com")
+        await job_tester.run_due_async()
+
+``run_due()`` works there too, but runs each async handler on a loop of its own in a
+helper thread while the test's loop waits (see :meth:`JobTester.run_due`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Iterator
+import contextvars
+import threading
+from collections.abc import Coroutine, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobcore.clock import ManualClock, SystemClock, to_millis
 from jobcore.current import use_job_driver
 from jobcore.driver import JobDriver
-from jobcore.records import Job, JobState
-from jobcore.registry import JobContext, Registry, default_registry, job_logger
+from jobcore.records import Claimed, Job, JobState
+from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
 from jobcore.worker._execution import (
+    Outcome,
     find_handler,
     handler_error,
     logger,
@@ -84,34 +97,81 @@ class JobTester:
         again once its failure is recorded; otherwise failures only land in the store
         (retry, dead letter...) and in :attr:`errors`. ``max_jobs`` stops a job that
         keeps enqueueing itself.
+
+        An async handler runs to its end on an event loop of its own (``asyncio.run``).
+        Called from a coroutine (an event loop runs in this thread: pytest-asyncio, anyio),
+        that loop runs in a helper thread while this one waits, so the caller's loop is
+        blocked meanwhile: a handler that needs the caller's loop (an object bound to it, a
+        task it runs) would wait forever. There, prefer ``await`` :meth:`run_due_async`,
+        which runs async handlers on the caller's loop.
         """
         ran: list[Job] = []
         while True:
-            queues = sorted(self.driver.introspect.stats().counts)
-            if not queues:
+            claimed = self._claim_next(len(ran), max_jobs)
+            if claimed is None:
                 return ran
-            result = self.driver.claim(
-                queues, worker_id="jobcore-testing", limit=1, lease=_LEASE,
-                drop_exhausted=self.registry.drop_exhausted(),
-            )
-            if not result.claimed:
-                return ran
-            if len(ran) >= max_jobs:
-                raise RuntimeError(f"run_due ran {max_jobs} jobs and more keep coming; is a job enqueueing itself?")
-            claimed = result.claimed[0]
-            settled, raised = self._run_one(claimed.job, claimed.token)
+            job, token = claimed.job, claimed.token
+            handle, ctx, raised = self._prepare(job, token)
+            outcome: Outcome | None = None
+            if handle is not None:
+                assert ctx is not None
+                outcome = _run_to_end(run_async(handle, job, ctx)) if handle.is_async else run_sync(handle, job, ctx)
+            settled, raised = self._settle(job, token, handle, outcome, raised)
             ran.append(settled)
             if raised is not None and raise_errors:
                 raise raised
 
-    def _run_one(self, job: Job, token: Any) -> tuple[Job, BaseException | None]:
-        """Run one claimed attempt through the worker's own execution code, and settle it."""
+    async def run_due_async(self, *, raise_errors: bool = True, max_jobs: int = 10_000) -> list[Job]:
+        """:meth:`run_due` for a coroutine: ``await jobs.run_due_async()`` in an async test.
+
+        Async handlers are awaited on the caller's event loop (they may use whatever the
+        test made on it: clients, locks, tasks); sync handlers are called directly, as
+        :meth:`run_due` does. Runs under asyncio (pytest-asyncio, anyio's asyncio backend).
+        The store is the tester's in-memory one: its calls never wait on I/O.
+        """
+        ran: list[Job] = []
+        while True:
+            claimed = self._claim_next(len(ran), max_jobs)
+            if claimed is None:
+                return ran
+            job, token = claimed.job, claimed.token
+            handle, ctx, raised = self._prepare(job, token)
+            outcome: Outcome | None = None
+            if handle is not None:
+                assert ctx is not None
+                outcome = await run_async(handle, job, ctx) if handle.is_async else run_sync(handle, job, ctx)
+            settled, raised = self._settle(job, token, handle, outcome, raised)
+            ran.append(settled)
+            if raised is not None and raise_errors:
+                raise raised
+
+    def _claim_next(self, ran: int, max_jobs: int) -> Claimed | None:
+        """The next due job, claimed for one attempt, or None when none is due."""
+        queues = sorted(self.driver.introspect.stats().counts)
+        if not queues:
+            return None
+        result = self.driver.claim(
+            queues, worker_id="jobcore-testing", limit=1, lease=_LEASE, drop_exhausted=self.registry.drop_exhausted(),
+        )
+        if not result.claimed:
+            return None
+        if ran >= max_jobs:
+            raise RuntimeError(f"run_due ran {max_jobs} jobs and more keep coming; is a job enqueueing itself?")
+        return result.claimed[0]
+
+    def _prepare(self, job: Job, token: Any) -> tuple[JobHandle | None, JobContext | None, BaseException | None]:
+        """The claimed job's handler and context, or the refusal when none is registered."""
         log = job_logger(logger, job)
-        raised: BaseException | None
-        handle, raised = find_handler(self.registry, job, log)
-        if handle is not None:
-            ctx = JobContext(job, token, log=log)
-            outcome = asyncio.run(run_async(handle, job, ctx)) if handle.is_async else run_sync(handle, job, ctx)
+        handle, missing = find_handler(self.registry, job, log)
+        if handle is None:
+            return None, None, missing
+        return handle, JobContext(job, token, log=log), None
+
+    def _settle(
+        self, job: Job, token: Any, handle: JobHandle | None, outcome: Outcome | None, raised: BaseException | None,
+    ) -> tuple[Job, BaseException | None]:
+        """Settle one attempt through the worker's own execution code (W07 and retries)."""
+        if outcome is not None:
             raised = outcome.raised
             if raised is not None and not isinstance(raised, Exception):
                 raise raised  # KeyboardInterrupt, SystemExit...: the test run stops, as it would without jobcore
@@ -165,6 +225,34 @@ class JobTester:
         matches = [j for j in self.enqueued(name) if payload is ANY or j.payload == payload]
         if matches:
             raise AssertionError(f"expected no {name!r} job{_with(payload)}, found {len(matches)}")
+
+
+def _run_to_end(coro: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run an async handler's coroutine to its end from sync code.
+
+    With no event loop running in this thread, on a fresh one (``asyncio.run``);
+    inside a running one (a sync call from a coroutine), on a fresh loop in a helper
+    thread while this thread waits: ``asyncio.run`` refuses to nest.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    answer: list[Outcome] = []
+    failed: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            answer.append(asyncio.run(coro))
+        except BaseException as exc:  # run_async answers what the handler raised; this is the loop's own failure
+            failed.append(exc)
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(main,), name="jobcore-testing-async")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return answer[0]
 
 
 def _with(payload: Any) -> str:
