@@ -1,5 +1,9 @@
 """Running handlers: runner threads for sync handlers, one event loop for async ones.
 
+The event loop is the worker's own (a thread started on first use) or, for
+:class:`jobcore.AsyncWorker`, the application's running loop (:meth:`Runners.use_loop`):
+async handlers then run as tasks on it, and the worker never stops or closes it.
+
 A handler runs through :mod:`jobcore.worker._execution` (as in :mod:`jobcore.testing`);
 its outcome is queued for the settler, unless the attempt was called off meanwhile.
 """
@@ -7,6 +11,7 @@ its outcome is queued for the settler, unless the attempt was called off meanwhi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import queue as queue_mod
 import threading
@@ -32,6 +37,8 @@ class Runners:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._own_loop = True
+        self._tasks: set[concurrent.futures.Future[None]] = set()  # on a borrowed loop: the handlers running
         self.run_time: float | None = None  # seconds per handler run (moving average)
 
     def dispatch(self, attempts: list[Attempt]) -> None:
@@ -53,9 +60,28 @@ class Runners:
             name = f"jobcore-runner-{self._w.worker_id}"
             threading.Thread(target=self._runner, args=(attempt,), name=name, daemon=True).start()
 
+    def use_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run async handlers as tasks on ``loop`` (an application's, running) instead of a loop of our own.
+
+        Called before the worker starts. The worker never stops or closes that loop; the
+        handler tasks still running when it ends are cancelled (see :meth:`stop_loop`).
+        """
+        with self._w._attempts.lock:
+            if self._loop is not None:
+                raise RuntimeError("the worker's event loop was already chosen")
+            self._loop, self._own_loop = loop, False
+
     def schedule(self, attempt: Attempt) -> None:
         """Run an async attempt on the worker's event loop (started on first use)."""
-        asyncio.run_coroutine_threadsafe(self._run_async(attempt), self._ensure_loop())
+        future = asyncio.run_coroutine_threadsafe(self._run_async(attempt), self._ensure_loop())
+        if not self._own_loop:
+            with self._w._attempts.lock:
+                self._tasks.add(future)
+            future.add_done_callback(self._task_done)
+
+    def _task_done(self, future: concurrent.futures.Future[None]) -> None:
+        with self._w._attempts.lock:
+            self._tasks.discard(future)
 
     def _runner(self, attempt: Attempt | None) -> None:
         while attempt is not None:
@@ -114,7 +140,17 @@ class Runners:
             loop.close()
 
     def stop_loop(self) -> None:
-        """Stop the event loop (its tasks are cancelled) and wait for its thread a while."""
+        """Stop the event loop (its tasks are cancelled) and wait for its thread a while.
+
+        A borrowed loop (:meth:`use_loop`) goes on: only the handler tasks still running on
+        it (called off already: abandoned or killed) are cancelled.
+        """
+        if not self._own_loop:
+            with self._w._attempts.lock:
+                left = list(self._tasks)
+            for future in left:
+                future.cancel()  # cancels the task, from the loop's thread
+            return
         loop, loop_thread = self._loop, self._loop_thread
         if loop is not None and loop_thread is not None:
             with contextlib.suppress(RuntimeError):
