@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # loaded on first use (see __getattr__); listed here for type
     from jobcore.registry import JobContext, JobHandle, Registry, job
     from jobcore.scheduler import Scheduler
     from jobcore.schedules import cron, every
-    from jobcore.worker import Worker
+    from jobcore.worker import AsyncWorker, Worker
 
 _LAZY = {
     "JobContext": "jobcore.registry",
@@ -55,6 +55,7 @@ _LAZY = {
     "cron": "jobcore.schedules",
     "every": "jobcore.schedules",
     "Worker": "jobcore.worker",
+    "AsyncWorker": "jobcore.worker._aworker",
 }
 """Public names whose modules load on first use, so ``import jobcore.drivers.memory`` (which
 imports this package first) does not load the worker, the scheduler, the cron library and
@@ -79,6 +80,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "FINISHED_STATES",
     "LIVE_STATES",
+    "AsyncWorker",
     "Backoff",
     "BulkResult",
     "ClaimResult",

@@ -58,7 +58,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobcore import validate as v
 from jobcore.clock import monotonic_of, to_millis
@@ -77,7 +77,10 @@ from jobcore.worker._running import Runners
 from jobcore.worker._settling import ON_SETTLED_TRIES as ON_SETTLED_TRIES
 from jobcore.worker._settling import RETRY_CAP, RETRY_FIRST, Settler
 
-__all__ = ["OUTCOMES", "Worker", "call_handler", "handler_error", "retry_policy"]
+if TYPE_CHECKING:
+    from jobcore.worker._aworker import AsyncWorker
+
+__all__ = ["OUTCOMES", "AsyncWorker", "Worker", "call_handler", "handler_error", "retry_policy"]
 
 S = AttemptStatus
 
@@ -482,3 +485,11 @@ class Worker:
             "drained" if self._drained else f"{len(abandoned)} abandoned" if not self._killed else "killed",
         )
         self._done.set()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AsyncWorker":  # its module imports this one
+        from jobcore.worker._aworker import AsyncWorker  # noqa: PLC0415
+
+        return AsyncWorker
+    raise AttributeError(f"module 'jobcore.worker' has no attribute {name!r}")
