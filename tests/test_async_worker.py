@@ -1,0 +1,429 @@
+"""jobcore.AsyncWorker (issue #18, item 4): the worker inside an application's event loop.
+
+Every scenario runs twice: on the memory async driver (its store I/O awaited on the
+application's loop through the bridge) and on the memory sync driver (called from the
+worker's threads). Leases are 30 s on a ManualClock, renewed every 10 ms of real time,
+as in parity_tests/test_worker.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import anyio
+import pytest
+from jobcore.drivers.memory import AsyncMemoryDriver, MemoryDriver
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from jobcore import AsyncWorker, Backoff, Registry
+from jobcore.clock import ManualClock, to_millis
+from jobcore.errors import ConfigurationError
+from jobcore.records import Job, JobState
+
+LEASE = timedelta(seconds=30)
+WAIT = 10.0
+FAST: dict[str, Any] = {
+    "lease": LEASE, "poll_interval": 0.01, "heartbeat_interval": 0.01, "rescue_interval": None,
+    "drain_timeout": 2.0, "seed": 7,
+}
+
+
+class Store:
+    """One memory store seen both ways: ``jobs`` (async, for the test) and ``worker_driver``
+    (what the worker is given: the async driver, or its sync twin)."""
+
+    def __init__(self, flavour: str) -> None:
+        self.clock = ManualClock(to_millis(datetime(2026, 1, 1, tzinfo=timezone.utc)))
+        self.sync = MemoryDriver(clock=self.clock)
+        self.jobs = AsyncMemoryDriver(twin=self.sync)
+        self.worker_driver: Any = self.jobs if flavour == "async-driver" else self.sync
+
+    def worker(self, registry: Registry, **options: Any) -> AsyncWorker:
+        return AsyncWorker(["default"], driver=self.worker_driver, registry=registry, **{**FAST, **options})
+
+    async def get(self, job_id: str) -> Job:
+        job = await self.jobs.introspect.get(job_id)
+        assert job is not None
+        return job
+
+    async def state(self, job_id: str) -> JobState:
+        return (await self.get(job_id)).state
+
+    async def until(self, job_id: str, state: str, what: str = "") -> Job:
+        async def landed() -> Job | None:
+            job = await self.get(job_id)
+            return job if job.state == state else None
+
+        return await until(landed, what or f"job {job_id} to be {state}")
+
+    async def states(self) -> dict[str, int]:
+        stats = await self.jobs.introspect.stats()
+        return {str(state): n for state, n in stats.counts.get("default", {}).items()}
+
+
+async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = WAIT) -> Any:
+    """Poll ``check`` on the loop (real time) until it answers something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = await check()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture(params=["async-driver", "sync-driver"])
+def store(request: pytest.FixtureRequest) -> Store:
+    return Store(request.param)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# -- where handlers run -----------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_async_handlers_run_on_the_app_loop_and_sync_ones_on_threads(store: Store) -> None:
+    registry = Registry()
+    loops: list[asyncio.AbstractEventLoop] = []
+    threads: list[int] = []
+
+    @registry.job(name="on_loop")
+    async def on_loop(payload: int) -> int:
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        return payload
+
+    @registry.job(name="on_thread")
+    def on_thread(payload: int) -> int:
+        threads.append(threading.get_ident())
+        return payload
+
+    jobs = [await store.jobs.enqueue(name, i) for i in range(5) for name in ("on_loop", "on_thread")]
+    async with store.worker(registry, concurrency=4) as worker:
+        for job in jobs:
+            await store.until(job.id, "done")
+    assert loops == [asyncio.get_running_loop()] * 5  # the application's loop, not one of the worker's
+    assert len(threads) == 5
+    assert threading.get_ident() not in threads  # never on the loop's thread
+    assert (worker.counts["completed"], worker.running) == (10, False)
+
+
+@pytest.mark.asyncio
+async def test_the_loop_keeps_ticking_while_200_jobs_run(store: Store) -> None:
+    """Sync handlers that block (time.sleep) and async ones: a 1 ms ticker is never held up 50 ms."""
+    registry = Registry()
+
+    @registry.job(name="blocking")
+    def blocking(payload: int) -> int:
+        time.sleep(0.003)  # would stall the loop for 0.3 s in all if it ran there
+        return payload
+
+    @registry.job(name="awaiting")
+    async def awaiting(payload: int) -> int:
+        await asyncio.sleep(0.003)
+        return payload
+
+    await store.jobs.enqueue_many(
+        [{"name": "blocking" if i % 2 else "awaiting", "payload": i} for i in range(200)]
+    )
+    gaps: list[float] = []
+    ticking = True
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while ticking:
+            await asyncio.sleep(0.001)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    worker = store.worker(registry, concurrency=8)  # built at the application's start-up (imports...)
+    tick = asyncio.create_task(ticker())
+    began = time.monotonic()
+    async with worker:
+        await until(lambda: _done_count(store, 200), "200 jobs done")
+    took = time.monotonic() - began
+    ticking = False
+    await tick
+    print(f"\n200 jobs in {took:.3f} s; ticker: {len(gaps)} ticks, longest gap {max(gaps) * 1000:.1f} ms")
+    assert max(gaps) < 0.050
+
+
+async def _done_count(store: Store, n: int) -> bool:
+    return (await store.states()).get("done", 0) == n
+
+
+# -- W rules through the async worker ---------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_handler_exception_retries_after_its_backoff(store: Store) -> None:
+    """W05/W07: the failed attempt is recorded with its type and retried when the backoff has passed."""
+    registry = Registry()
+    calls: list[int] = []
+
+    @registry.job(name="flaky", backoff=Backoff(base=60, jitter=0))
+    async def flaky(payload: int) -> str:
+        calls.append(payload)
+        if len(calls) == 1:
+            raise ConnectionError("the mail server said no")
+        return "sent"
+
+    job = await store.jobs.enqueue("flaky", 1)
+    async with store.worker(registry) as worker:
+        retry = await store.until(job.id, "scheduled", "the retry")
+        assert (retry.attempt, retry.errors[-1].type) == (1, "ConnectionError")
+        assert retry.run_at == to_millis(store.clock.now() + timedelta(seconds=60))
+        store.clock.advance(seconds=60)
+        done = await store.until(job.id, "done")
+    assert (done.attempt, done.result, calls) == (2, "sent", [1, 1])
+    assert (worker.counts["retried"], worker.counts["completed"]) == (1, 1)
+
+
+@pytest.mark.asyncio
+async def test_W01_heartbeats_keep_the_lease_of_an_async_handler_that_outlives_it(store: Store) -> None:
+    registry = Registry()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @registry.job(name="long")
+    async def long(payload: str) -> str:
+        started.set()
+        await release.wait()
+        return "finished"
+
+    job = await store.jobs.enqueue("long", "x")
+    async with store.worker(registry):
+        await asyncio.wait_for(started.wait(), WAIT)
+        for _ in range(4):  # 80 s of store time against a 30 s lease
+            store.clock.advance(seconds=20)
+            expected = to_millis(store.clock.now()) + LEASE
+            await until(
+                lambda expected=expected: _lease_is(store, job.id, expected),  # type: ignore[misc]
+                "a renewal after the clock moved",
+            )
+        taken = await store.jobs.claim(["default"], worker_id="w-other", lease=LEASE)
+        assert taken.claimed == ()  # the lease held all along
+        release.set()
+        done = await store.until(job.id, "done")
+    assert (done.attempt, done.result, done.errors) == (1, "finished", ())
+
+
+async def _lease_is(store: Store, job_id: str, expected: datetime) -> bool:
+    return (await store.get(job_id)).lease_expires_at == expected
+
+
+@pytest.mark.asyncio
+async def test_an_expired_lease_is_reclaimed_and_run(store: Store) -> None:
+    """A job whose holder died (claimed, never renewed) is taken over once its lease lapsed."""
+    registry = Registry()
+
+    @registry.job(name="orphan")
+    async def orphan(payload: int) -> int:
+        return payload * 2
+
+    job = await store.jobs.enqueue("orphan", 21)
+    dead = await store.jobs.claim(["default"], worker_id="w-dead", lease=LEASE)
+    assert [c.job.id for c in dead.claimed] == [job.id]
+    async with store.worker(registry):
+        await asyncio.sleep(0.1)  # polls meanwhile: the lease still holds
+        assert await store.state(job.id) == "running"
+        store.clock.advance(LEASE + timedelta(seconds=1))
+        done = await store.until(job.id, "done")
+    assert (done.attempt, done.result) == (2, 42)
+    assert done.errors[-1].type == "LeaseExpired"
+    late = await store.jobs.ack(dead.claimed[0].token, "stale")
+    assert late is None  # the dead holder's token is fenced off
+    assert (await store.get(job.id)).result == 42
+
+
+@pytest.mark.asyncio
+async def test_W04_stop_drains_in_flight_handlers_and_gives_prefetched_jobs_back(store: Store) -> None:
+    registry = Registry()
+    started = asyncio.Event()
+
+    @registry.job(name="slow")
+    async def slow(payload: int) -> int:
+        started.set()
+        await asyncio.sleep(0.2)
+        return payload
+
+    jobs = [await store.jobs.enqueue("slow", i) for i in range(6)]
+    worker = await store.worker(registry, concurrency=1).start()
+    await asyncio.wait_for(started.wait(), WAIT)
+    assert await worker.stop() is True  # awaited on the loop: the running handler finished meanwhile
+    settled = [await store.get(j.id) for j in jobs]
+    assert [j.state for j in settled].count("done") == 1
+    given_back = [j for j in settled if j.state != "done"]
+    assert {(j.state, j.attempt) for j in given_back} == {(JobState.READY, 0)}  # no attempt spent
+    assert worker.engine.wait(0) and not worker.running
+
+
+@pytest.mark.asyncio
+async def test_W04_a_handler_past_the_drain_is_called_off_and_its_job_reclaimed(store: Store) -> None:
+    registry = Registry()
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    @registry.job(name="stuck")
+    async def stuck(payload: int) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return "too late"
+
+    job = await store.jobs.enqueue("stuck", 1)
+    worker = await store.worker(registry).start()
+    await asyncio.wait_for(started.wait(), WAIT)
+    await store.until(job.id, "running")
+    await until(lambda: _attempt_is(store, job.id, 1), "its start to be recorded")
+    assert await worker.stop(timeout=0.05) is False  # one handler had to be abandoned
+    await until(lambda: _true(ended), "the abandoned handler's task to be cancelled")
+    assert worker.counts["abandoned"] == 1
+    assert await store.state(job.id) == "running"  # its lease lapses for another worker
+    store.clock.advance(LEASE)
+    reclaimed = await store.jobs.claim(["default"], worker_id="w-next", lease=LEASE)
+    assert [c.job.id for c in reclaimed.claimed] == [job.id]
+    assert reclaimed.claimed[0].job.errors[-1].type == "LeaseExpired"
+
+
+async def _attempt_is(store: Store, job_id: str, attempt: int) -> bool:
+    return (await store.get(job_id)).attempt == attempt
+
+
+async def _true(value: Any) -> bool:
+    return bool(value)
+
+
+# -- running with the application ----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_run_task_stops_cleanly(store: Store) -> None:
+    """``await worker.run()`` in a task: cancelled, it drains, gives the backlog back, then ends cancelled."""
+    registry = Registry()
+    started = asyncio.Event()
+
+    @registry.job(name="slow")
+    async def slow(payload: int) -> int:
+        started.set()
+        await asyncio.sleep(0.1)
+        return payload
+
+    @registry.job(name="blocking")
+    def blocking(payload: int) -> int:
+        time.sleep(0.1)
+        return payload
+
+    jobs = [await store.jobs.enqueue("slow" if i % 2 else "blocking", i) for i in range(8)]
+    worker = store.worker(registry, concurrency=2)
+    task = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not worker.running and worker.engine.wait(0)
+    states = await store.states()
+    assert "running" not in states  # none left running or held
+    assert states["done"] >= 1
+    assert states["done"] + states.get("ready", 0) == len(jobs)
+    for job in jobs:
+        settled = await store.get(job.id)
+        assert settled.attempt == (1 if settled.state == "done" else 0)
+    await until(lambda: _true(not _threads_of(worker)), "the worker's threads to end")
+
+
+def _threads_of(worker: AsyncWorker) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.endswith(worker.worker_id)]
+
+
+@pytest.mark.anyio
+async def test_in_an_anyio_task_group(store: Store) -> None:
+    """``tg.start_soon(worker.run)``: cancelling the group's scope stops the worker after a drain."""
+    registry = Registry()
+    started = anyio.Event()
+
+    @registry.job(name="slow")
+    async def slow(payload: int) -> int:
+        started.set()
+        await anyio.sleep(0.1)
+        return payload
+
+    jobs = [await store.jobs.enqueue("slow", i) for i in range(3)]
+    worker = store.worker(registry, concurrency=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(WAIT):
+            await started.wait()
+        tg.cancel_scope.cancel()
+    assert not worker.running and worker.engine.wait(0)
+    first = await store.get(jobs[0].id)
+    assert (first.state, first.result) == ("done", 0)  # drained, not cut off
+    assert [await store.state(j.id) for j in jobs[1:]] == ["ready", "ready"]  # given back
+
+
+def test_with_a_starlette_lifespan(store: Store) -> None:
+    """Started and stopped by the application's lifespan; an endpoint enqueues, the worker runs it."""
+    registry = Registry()
+    loops: dict[str, asyncio.AbstractEventLoop] = {}
+    seen: list[AsyncWorker] = []
+
+    @registry.job(name="welcome")
+    async def welcome(payload: dict[str, str]) -> str:
+        loops["handler"] = asyncio.get_running_loop()
+        return f"hello {payload['to']}"
+
+    async def signup(request: Request) -> JSONResponse:
+        loops["endpoint"] = asyncio.get_running_loop()
+        job = await store.jobs.enqueue("welcome", {"to": request.query_params["to"]})
+        return JSONResponse({"job": job.id})
+
+    async def status(request: Request) -> JSONResponse:
+        job = await store.get(request.path_params["job_id"])
+        return JSONResponse({"state": str(job.state), "result": job.result})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with store.worker(registry) as worker:
+            seen.append(worker)
+            yield
+
+    app = Starlette(
+        routes=[Route("/signup", signup, methods=["POST"]), Route("/jobs/{job_id}", status)],
+        lifespan=lifespan,
+    )
+    with TestClient(app) as client:
+        job_id = client.post("/signup", params={"to": "ada"}).json()["job"]
+        deadline = time.monotonic() + WAIT
+        while (answer := client.get(f"/jobs/{job_id}").json())["state"] != "done":
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.01)
+        assert answer["result"] == "hello ada"
+        assert seen[0].running
+    assert not seen[0].running and seen[0].engine.wait(0)  # the lifespan's end stopped it
+    assert loops["handler"] is loops["endpoint"]  # the handler ran on the application's loop
+
+
+def test_built_outside_a_running_loop_is_refused(store: Store) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        store.worker(Registry())
+    assert info.value.code == "JC_CONFIGURATION"
+    assert "no event loop running" in info.value.cause
+    assert "jobcore.Worker" in info.value.fix
