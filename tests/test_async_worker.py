@@ -270,7 +270,8 @@ async def test_W04_stop_drains_in_flight_handlers_and_gives_prefetched_jobs_back
     assert [j.state for j in settled].count("done") == 1
     given_back = [j for j in settled if j.state != "done"]
     assert {(j.state, j.attempt) for j in given_back} == {(JobState.READY, 0)}  # no attempt spent
-    assert worker.engine.wait(0) and not worker.running
+    assert worker.engine.wait(0)
+    assert not worker.running
 
 
 @pytest.mark.asyncio
@@ -339,7 +340,8 @@ async def test_cancelling_the_run_task_stops_cleanly(store: Store) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not worker.running and worker.engine.wait(0)
+    assert not worker.running
+    assert worker.engine.wait(0)
     states = await store.states()
     assert "running" not in states  # none left running or held
     assert states["done"] >= 1
@@ -373,7 +375,8 @@ async def test_in_an_anyio_task_group(store: Store) -> None:
         with anyio.fail_after(WAIT):
             await started.wait()
         tg.cancel_scope.cancel()
-    assert not worker.running and worker.engine.wait(0)
+    assert not worker.running
+    assert worker.engine.wait(0)
     first = await store.get(jobs[0].id)
     assert (first.state, first.result) == ("done", 0)  # drained, not cut off
     assert [await store.state(j.id) for j in jobs[1:]] == ["ready", "ready"]  # given back
@@ -417,7 +420,8 @@ def test_with_a_starlette_lifespan(store: Store) -> None:
             time.sleep(0.01)
         assert answer["result"] == "hello ada"
         assert seen[0].running
-    assert not seen[0].running and seen[0].engine.wait(0)  # the lifespan's end stopped it
+    assert not seen[0].running
+    assert seen[0].engine.wait(0)
     assert loops["handler"] is loops["endpoint"]  # the handler ran on the application's loop
 
 
