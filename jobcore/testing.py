@@ -1,8 +1,9 @@
 """Helpers for applications' own test suites: jobs on an in-memory store, run on demand.
 
 :func:`job_tester` (a context manager) and the ``job_tester`` pytest fixture install a
-memory driver on a :class:`~jobcore.clock.ManualClock` as the process-wide driver, so
-the application's ``.enqueue(...)`` calls land there. The :class:`JobTester` then runs
+memory driver on a :class:`~jobcore.clock.ManualClock` as the process-wide driver (and
+its async flavour as the process-wide async driver), so the application's
+``.enqueue(...)`` and ``await .enqueue_async(...)`` calls land there. The :class:`JobTester` then runs
 every due job synchronously, in the test's own thread (:meth:`JobTester.run_due`),
 moves time (:meth:`JobTester.advance`), and answers what was enqueued::
 
@@ -42,8 +43,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobcore.clock import ManualClock, SystemClock, to_millis
-from jobcore.current import use_job_driver
-from jobcore.driver import JobDriver
+from jobcore.current import use_async_job_driver, use_job_driver
+from jobcore.driver import AsyncJobDriver, JobDriver
 from jobcore.records import Claimed, Job, JobState
 from jobcore.registry import JobContext, JobHandle, Registry, default_registry, job_logger
 from jobcore.worker._execution import (
@@ -70,6 +71,8 @@ class JobTester:
 
     Attributes:
         driver: The in-memory store (also the process-wide driver while installed).
+        async_driver: The same store's async flavour (the process-wide async driver while
+            installed: ``await handle.enqueue_async(...)`` lands here too).
         clock: Its clock; it moves only through :meth:`advance`.
         registry: Where handlers are looked up.
         errors: ``(job, exception)`` for every attempt that raised, oldest first.
@@ -77,10 +80,11 @@ class JobTester:
 
     def __init__(self, *, start: datetime | None = None, registry: Registry | None = None) -> None:
         # Imported here: the package maps drivers/ to jobcore.drivers only once installed.
-        from jobcore.drivers.memory import MemoryDriver  # type: ignore[import-not-found]  # noqa: PLC0415
+        from jobcore.drivers.memory import AsyncMemoryDriver, MemoryDriver  # type: ignore[import-not-found]  # noqa: PLC0415
 
         self.clock = ManualClock(to_millis(start if start is not None else SystemClock().now()))
         self.driver: JobDriver = MemoryDriver(clock=self.clock)
+        self.async_driver: AsyncJobDriver = AsyncMemoryDriver(twin=self.driver)
         self.registry = registry if registry is not None else default_registry
         self.errors: list[tuple[Job, BaseException]] = []
 
@@ -261,9 +265,10 @@ def _with(payload: Any) -> str:
 
 @contextlib.contextmanager
 def job_tester(*, start: datetime | None = None, registry: Registry | None = None) -> Iterator[JobTester]:
-    """Install a fresh :class:`JobTester`'s memory driver as the process-wide one for the block."""
+    """Install a fresh :class:`JobTester`'s memory driver as the process-wide one for the block
+    (and its async flavour as the process-wide async driver)."""
     tester = JobTester(start=start, registry=registry)
-    with use_job_driver(tester.driver):
+    with use_job_driver(tester.driver), use_async_job_driver(tester.async_driver):
         try:
             yield tester
         finally:

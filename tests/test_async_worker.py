@@ -27,6 +27,7 @@ from starlette.testclient import TestClient
 
 from jobcore import AsyncWorker, Backoff, Registry
 from jobcore.clock import ManualClock, to_millis
+from jobcore.current import use_async_job_driver
 from jobcore.errors import ConfigurationError
 from jobcore.records import Job, JobState
 
@@ -431,3 +432,20 @@ def test_built_outside_a_running_loop_is_refused(store: Store) -> None:
     assert info.value.code == "JC_CONFIGURATION"
     assert "no event loop running" in info.value.cause
     assert "jobcore.Worker" in info.value.fix
+
+
+@pytest.mark.asyncio
+async def test_the_process_wide_async_driver_is_the_default(store: Store) -> None:
+    """With no ``driver=``, the worker takes the one set by ``set_async_job_driver`` (read when built)."""
+    registry = Registry()
+
+    @registry.job(name="ping")
+    async def ping(payload: int) -> int:
+        return payload
+
+    with use_async_job_driver(store.jobs):
+        job = await ping.enqueue_async(5)
+        async with AsyncWorker(["default"], registry=registry, **FAST) as worker:
+            assert worker.driver is store.jobs
+            done = await store.until(job.id, "done")
+    assert done.result == 5

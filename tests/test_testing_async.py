@@ -41,7 +41,7 @@ class App:
             if self.gate is not None:  # made on the test's loop: only awaitable there
                 payload = {**payload, "to": await self.gate}
             self.sent.append(payload["to"])
-            record.enqueue({"event": "sent", "to": payload["to"]})  # a job enqueued by a handler
+            await record.enqueue_async({"event": "sent", "to": payload["to"]})  # a job enqueued by a handler
             return {"sent": True}
 
         @reg.job(name="record")
@@ -65,7 +65,7 @@ def app() -> Iterator[tuple[App, JobTester]]:
 
 async def _runs_jobs_on_the_callers_loop(app: tuple[App, JobTester]) -> None:
     application, jobs = app
-    application.send.enqueue({"to": "ada@example.com"})
+    await application.send.enqueue_async({"to": "ada@example.com"})  # the application's async producer
     ran = await jobs.run_due_async()
     assert [(j.name, j.state) for j in ran] == [("send", "done"), ("record", "done")]
     assert application.loops == [asyncio.get_running_loop()]  # awaited on the test's own loop

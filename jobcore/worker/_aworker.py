@@ -25,7 +25,8 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from jobcore.errors import ConfigurationError
+from jobcore.current import get_async_job_driver, get_job_driver
+from jobcore.errors import ConfigurationError, NoDriver
 from jobcore.registry import Registry
 from jobcore.worker import Worker
 
@@ -41,11 +42,10 @@ def _is_async_driver(driver: Any) -> bool:
 
 def _default_driver() -> Any:
     """The process-wide async driver when one was set, else the process-wide sync one."""
-    from jobcore import current  # noqa: PLC0415 - read once, when the worker is built
-
-    with contextlib.suppress(Exception):
-        return current.get_async_job_driver()
-    return current.get_job_driver()
+    try:
+        return get_async_job_driver()
+    except NoDriver:
+        return get_job_driver()  # JC_NO_DRIVER when neither was set
 
 
 class AsyncWorker:
