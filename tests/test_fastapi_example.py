@@ -101,6 +101,7 @@ def test_signup_enqueues_in_the_request_transaction_on_postgresql(
 ) -> None:
     """The job commits with the user row; a signup rolled back (address taken) leaves no job."""
     from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
     from psycopg.conninfo import make_conninfo  # noqa: PLC0415
 
     from fixtures import postgres as fx  # noqa: PLC0415
@@ -123,7 +124,8 @@ def test_signup_enqueues_in_the_request_transaction_on_postgresql(
         welcomes = store.introspect.list(limit=10).jobs
         assert sorted(j.payload["email"] for j in welcomes) == ["ada@example.com", "bob@example.com"]
         with pool.connection() as conn:
-            users = conn.execute(f'SELECT email FROM "{schema}".users ORDER BY email').fetchall()  # noqa: S608
+            query = sql.SQL("SELECT email FROM {}.users ORDER BY email").format(sql.Identifier(schema))
+            users = conn.execute(query).fetchall()
         assert [u[0] for u in users] == ["ada@example.com", "bob@example.com"]
         assert example.SENT == ["ada@example.com", "bob@example.com"]
     finally:
