@@ -13,7 +13,8 @@ One :class:`Worker` composes small parts, one module each:
   claims (F04), freshness (F03), fleet concurrency slots, and the **marker** thread
   that records starts in batches;
 * :mod:`~jobcore.worker._running`: one thread per running **sync handler**, and one
-  event-loop thread shared by the **async handlers**;
+  event-loop thread shared by the **async handlers** (under :class:`AsyncWorker`, the
+  application's own loop instead);
 * :mod:`~jobcore.worker._execution`: calling a handler and turning its outcome into an
   ack or a nack with retry options (W05, W07), shared with :mod:`jobcore.testing`;
 * :mod:`~jobcore.worker._leases`: the **keeper**, which makes no store call: it holds
@@ -43,6 +44,10 @@ clock's ``monotonic()`` (a ``ManualClock`` in tests moves both); the cadence of 
 loops (polling, heartbeats, handler timeouts) is real time. Nothing a handler or the
 store does ends the claim loop (W03, F06): only :meth:`Worker.stop`,
 :meth:`Worker.request_stop` or :meth:`Worker.kill` do.
+
+:class:`AsyncWorker` (:mod:`~jobcore.worker._aworker`) runs this same engine inside an
+application's event loop: an async driver's I/O awaited on that loop through
+:class:`~jobcore._bridge.SyncBridge`, async handlers as tasks on it.
 """
 
 from __future__ import annotations
