@@ -25,10 +25,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from jobcore import AsyncWorker, Backoff, Registry
+from jobcore import AsyncWorker, Backoff, JobContext, Registry
 from jobcore.clock import ManualClock, to_millis
 from jobcore.current import use_async_job_driver
-from jobcore.errors import ConfigurationError
+from jobcore.errors import ClaimQueuesEmpty, ConfigurationError
 from jobcore.records import Job, JobState
 
 LEASE = timedelta(seconds=30)
@@ -304,6 +304,38 @@ async def test_W04_a_handler_past_the_drain_is_called_off_and_its_job_reclaimed(
     reclaimed = await store.jobs.claim(["default"], worker_id="w-next", lease=LEASE)
     assert [c.job.id for c in reclaimed.claimed] == [job.id]
     assert reclaimed.claimed[0].job.errors[-1].type == "LeaseExpired"
+
+
+@pytest.mark.asyncio
+async def test_W05_an_async_handler_past_its_timeout_is_cancelled_and_the_attempt_fails(store: Store) -> None:
+    registry = Registry()
+    ended: list[str] = []
+
+    @registry.job(name="slowpoke", timeout=0.1, max_attempts=2, backoff=Backoff(base=60, jitter=0))
+    async def slowpoke(payload: int, ctx: JobContext) -> str:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ended.append(f"cancelled, ctx.cancelled={ctx.cancelled.is_set()}")
+            raise
+        return "never recorded"
+
+    job = await store.jobs.enqueue("slowpoke", 1)
+    async with store.worker(registry):
+        retry = await store.until(job.id, "scheduled", "the timed-out attempt to fail")
+    assert ended == ["cancelled, ctx.cancelled=True"]  # its task was cancelled on the loop
+    assert (retry.attempt, retry.last_error.type, retry.result) == (1, "JobTimeout", None)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_that_cannot_start_raises_from_run_and_stop(store: Store) -> None:
+    """A failure that ends the engine (here: no queues) reaches whoever awaits it."""
+    worker = AsyncWorker([], driver=store.worker_driver, registry=Registry(), **FAST)
+    with pytest.raises(ClaimQueuesEmpty):
+        await worker.run()
+    with pytest.raises(ClaimQueuesEmpty):
+        await worker.stop()
+    assert not worker.running
 
 
 async def _attempt_is(store: Store, job_id: str, attempt: int) -> bool:
