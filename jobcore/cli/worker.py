@@ -30,7 +30,7 @@ from jobcore.current import set_job_driver
 from jobcore.errors import ClaimQueuesEmpty, ConfigurationError
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
-from jobcore.worker import DEFAULT_RETENTION, Worker
+from jobcore.worker import DEFAULT_RETENTION, TRACEBACKS, Worker
 
 __all__ = ["WORKER_CONNECTIONS", "connection_budget", "register", "run_worker"]
 
@@ -80,6 +80,14 @@ def register(subparsers: Any) -> None:
         help="do not fire periodic schedules from this worker (default: a scheduler thread runs; see `scheduler`)",
     )
     parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
+    parser.add_argument(
+        "--tracebacks", choices=TRACEBACKS, default="final",
+        help="when a failed attempt's traceback is logged: final (only when no retry is left; default), always, never",
+    )
+    parser.add_argument(
+        "--summary-interval", type=float, default=60.0,
+        help="seconds between one-line summaries of what the worker did (default 60; 0: none)",
+    )
     parser.add_argument(
         "--metrics-port", type=int, default=None,
         help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
@@ -157,7 +165,8 @@ def _run_worker(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout, worker_id=args.worker_id,
                 rescue_interval=args.rescue_interval or None,
                 retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
-                scheduler=not args.no_scheduler,
+                scheduler=not args.no_scheduler, tracebacks=args.tracebacks,
+                summary_interval=args.summary_interval or None,
             )
             metrics = None
             if args.metrics_port is not None:
