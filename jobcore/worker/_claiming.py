@@ -461,16 +461,15 @@ class Claimer:
         if timed:
             w._leases.keeper_wake.set()
         sync: list[Attempt] = []
+        coros: list[Attempt] = []
         for attempt in running:
             job = attempt.job
             events.emit(
                 "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
                 level=logging.DEBUG, outcome="running", worker_id=w.worker_id,
             )
-            if cast(JobHandle, attempt.handle).is_async:
-                w._running.schedule(attempt)
-            else:
-                sync.append(attempt)
+            (coros if cast(JobHandle, attempt.handle).is_async else sync).append(attempt)
+        w._running.schedule(coros)  # one hand-off to the event loop for the batch
         return sync
 
     def _unstart(self, attempt: Attempt, error: BaseException, options: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ its outcome is queued for the settler, unless the attempt was called off meanwhi
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import queue as queue_mod
 import threading
@@ -38,7 +37,7 @@ class Runners:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._own_loop = True
-        self._tasks: set[concurrent.futures.Future[None]] = set()  # on a borrowed loop: the handlers running
+        self._tasks: set[asyncio.Task[None]] = set()  # the async handlers' tasks (touched on the loop only)
         self.run_time: float | None = None  # seconds per handler run (moving average)
 
     def dispatch(self, attempts: list[Attempt]) -> None:
@@ -71,17 +70,23 @@ class Runners:
                 raise RuntimeError("the worker's event loop was already chosen")
             self._loop, self._own_loop = loop, False
 
-    def schedule(self, attempt: Attempt) -> None:
-        """Run an async attempt on the worker's event loop (started on first use)."""
-        future = asyncio.run_coroutine_threadsafe(self._run_async(attempt), self._ensure_loop())
-        if not self._own_loop:
-            with self._w._attempts.lock:
-                self._tasks.add(future)
-            future.add_done_callback(self._task_done)
+    def schedule(self, attempts: list[Attempt]) -> None:
+        """Run async attempts on the worker's event loop (started on first use).
 
-    def _task_done(self, future: concurrent.futures.Future[None]) -> None:
-        with self._w._attempts.lock:
-            self._tasks.discard(future)
+        One hand-off to the loop for the whole batch: on an application's loop, each
+        wake-up of it is time taken from the application.
+        """
+        if attempts:
+            self._ensure_loop().call_soon_threadsafe(self._spawn, attempts)
+
+    def _spawn(self, attempts: list[Attempt]) -> None:
+        """On the loop: a task per attempt, kept until it ends (the loop holds tasks weakly)."""
+        tasks = self._tasks
+        for attempt in attempts:
+            task = asyncio.ensure_future(self._run_async(attempt))
+            attempt.task = task
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     def _runner(self, attempt: Attempt | None) -> None:
         while attempt is not None:
@@ -109,7 +114,6 @@ class Runners:
 
     async def _run_async(self, attempt: Attempt) -> None:
         assert attempt.handle is not None
-        attempt.task = asyncio.current_task()
         if attempt.status is not S.RUNNING:  # called off before it got to start
             return
         self._finished(attempt, await run_async(attempt.handle, attempt.job, attempt.ctx))
@@ -146,16 +150,19 @@ class Runners:
         it (called off already: abandoned or killed) are cancelled.
         """
         if not self._own_loop:
-            with self._w._attempts.lock:
-                left = list(self._tasks)
-            for future in left:
-                future.cancel()  # cancels the task, from the loop's thread
+            if self._loop is not None:
+                with contextlib.suppress(RuntimeError):  # the application's loop already closed
+                    self._loop.call_soon_threadsafe(self._cancel_tasks)
             return
         loop, loop_thread = self._loop, self._loop_thread
         if loop is not None and loop_thread is not None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(loop.stop)
             loop_thread.join(5.0)
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
     def _finished(self, attempt: Attempt, outcome: Outcome) -> None:
         """A handler returned or raised: queue its settle, unless the attempt was called off."""
