@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+import pytest_asyncio
 from jobcore.drivers.memory import AsyncMemoryDriver, MemoryDriver
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -481,3 +482,50 @@ async def test_the_process_wide_async_driver_is_the_default(store: Store) -> Non
             assert worker.driver is store.jobs
             done = await store.until(job.id, "done")
     assert done.result == 5
+
+
+# -- on PostgreSQL: the same scenarios, the store I/O on the application's loop ----------------
+
+
+@pytest_asyncio.fixture
+async def pg_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """A Store whose worker driver is an AsyncPostgresDriver in a fresh schema, on the test's clock."""
+    from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver  # noqa: PLC0415
+
+    from fixtures import postgres as fx  # noqa: PLC0415
+
+    url = fx.server_url(request.config)
+    pool = fx.shared_pool(request.config)
+    schema = fx.schema_name()
+    store = Store("async-driver")
+    sync = PostgresDriver(pool, schema=schema, clock=store.clock)
+    try:
+        sync.migrate()
+        store.sync = sync
+        store.jobs = store.worker_driver = AsyncPostgresDriver(url, schema=schema, clock=store.clock, pool_max=4)
+        try:
+            yield store
+        finally:
+            await store.jobs.close()
+    finally:
+        sync.close()
+        fx.drop_schema(pool, schema)
+
+
+# The ticker scenario stays on memory: there it measures the worker's own hold on the loop; on
+# PostgreSQL (a server sharing the test machine's cores) it would measure the machine's load.
+PG_SCENARIOS = [
+    test_async_handlers_run_on_the_app_loop_and_sync_ones_on_threads,
+    test_a_handler_exception_retries_after_its_backoff,
+    test_W01_heartbeats_keep_the_lease_of_an_async_handler_that_outlives_it,
+    test_an_expired_lease_is_reclaimed_and_run,
+    test_W04_stop_drains_in_flight_handlers_and_gives_prefetched_jobs_back,
+    test_W04_a_handler_past_the_drain_is_called_off_and_its_job_reclaimed,
+    test_cancelling_the_run_task_stops_cleanly,
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("scenario", PG_SCENARIOS, ids=[s.__name__.removeprefix("test_") for s in PG_SCENARIOS])
+async def test_on_postgresql(scenario: Callable[[Store], Awaitable[None]], pg_store: Store) -> None:
+    await scenario(pg_store)
