@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 import pytest
+from jobcore.drivers.memory import MemoryDriver
 
 from jobcore import Registry, Worker
 from jobcore.backoff import Backoff
-from jobcore.drivers.memory import MemoryDriver
 from jobcore.errors import JobcoreError
 from jobcore.records import JobState
 
