@@ -133,6 +133,10 @@ class AsyncWorker:
         """Handlers running now."""
         return self.engine.in_flight
 
+    def progress(self) -> dict[str, float | None]:
+        """Latest progress each running handler reported, by job id."""
+        return self.engine.progress()
+
     @property
     def running(self) -> bool:
         """Started, and its claim loop has not ended yet."""
