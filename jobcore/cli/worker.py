@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -175,7 +174,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 metrics = start_metrics_server(args.metrics_port, driver=driver)
                 worker.log.info("serving metrics on port %d at /metrics", metrics.port)
             previous = set_job_driver(driver)
-            restore = _install_signal_handlers(worker)
+            restore = worker.stop_on_signals()
             try:
                 if early:  # asked to stop while connecting or migrating: the worker never starts
                     worker.log.warning("%s received while starting: the worker does not start", early[0].name)
@@ -189,19 +188,3 @@ def _run_worker(args: argparse.Namespace) -> int:
     finally:
         restore_early()
     return 0
-
-
-def _install_signal_handlers(worker: Worker) -> Callable[[], None]:
-    """SIGTERM/SIGINT drain the worker; a second one abandons in-flight jobs. Answers an undo function."""
-    received: list[signal.Signals] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig)
-        if len(received) == 1:
-            worker.log.warning("%s received: draining (send it again to stop at once)", sig.name)
-            worker.request_stop()
-        else:
-            worker.log.warning("%s received again: abandoning in-flight jobs", sig.name)
-            worker.request_stop(drain_timeout=0)
-
-    return on_stop_signals(on_signal)

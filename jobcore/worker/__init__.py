@@ -56,6 +56,7 @@ import contextlib
 import logging
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -66,6 +67,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobcore import validate as v
+from jobcore._signals import defaults_in_place, on_stop_signals
 from jobcore.clock import monotonic_of, to_millis
 from jobcore.current import get_job_driver
 from jobcore.driver import Duration, JobDriver, Subscription
@@ -279,13 +281,40 @@ class Worker:
         self._thread.start()
         return self
 
-    def run(self) -> None:
-        """Run the claim loop in this thread until stopped, then drain (W04)."""
+    def run(self, *, stop_signals: bool = True) -> None:
+        """Run the claim loop in this thread until stopped, then drain (W04).
+
+        In the main thread, while SIGINT and SIGTERM still have Python's default handlers,
+        the first of them drains the worker and a second abandons in-flight jobs
+        (:meth:`stop_on_signals`); ``stop_signals=False`` leaves signals alone.
+        """
         with self._lock:
             if self._started:
                 raise RuntimeError("this worker was already started; make a new one")
             self._started = True
-        self._run()
+        restore = self.stop_on_signals() if stop_signals and defaults_in_place() else None
+        try:
+            self._run()
+        finally:
+            if restore is not None:
+                restore()
+
+    def stop_on_signals(self) -> Callable[[], None]:
+        """Make SIGTERM/SIGINT drain this worker and a second one abandon in-flight jobs (the
+        main thread only; elsewhere nothing is installed). Answers a function putting the
+        previous handlers back."""
+        received: list[signal.Signals] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            received.append(sig)
+            if len(received) == 1:
+                self.log.warning("%s received: draining (send it again to stop at once)", sig.name)
+                self.request_stop()
+            else:
+                self.log.warning("%s received again: abandoning in-flight jobs", sig.name)
+                self.request_stop(drain_timeout=0)
+
+        return on_stop_signals(on_signal)
 
     def request_stop(self, drain_timeout: float | None = None) -> None:
         """Ask the worker to stop claiming and drain; returns at once (safe in signal handlers).
