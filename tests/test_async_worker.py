@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -127,11 +128,20 @@ async def test_async_handlers_run_on_the_app_loop_and_sync_ones_on_threads(store
 
 @pytest.mark.asyncio
 async def test_the_loop_keeps_ticking_while_200_jobs_run(store: Store) -> None:
-    """Sync handlers that block (time.sleep) and async ones: a 1 ms ticker is never held up 50 ms."""
+    """Sync handlers that block (time.sleep) and async ones: a 1 ms ticker is never held up 50 ms.
+
+    Run on the loop, the 100 blocking handlers alone would hold it 300 ms, in every round.
+    A round that runs into the machine's own stalls (another process holding both cores
+    while a worker thread holds the GIL: up to 170 ms seen on a loaded 2-core machine, about
+    one round in six) is run again, twice at most: each round's longest gap is printed.
+    """
     registry = Registry()
+    loop_thread = threading.get_ident()
+    sync_threads: set[int] = set()
 
     @registry.job(name="blocking")
     def blocking(payload: int) -> int:
+        sync_threads.add(threading.get_ident())
         time.sleep(0.003)  # would stall the loop for 0.3 s in all if it ran there
         return payload
 
@@ -140,6 +150,20 @@ async def test_the_loop_keeps_ticking_while_200_jobs_run(store: Store) -> None:
         await asyncio.sleep(0.003)
         return payload
 
+    rounds: list[float] = []
+    for _ in range(3):
+        longest, took = await _ticking_round(store, registry, len(rounds))
+        rounds.append(longest)
+        print(f"\n200 jobs in {took:.3f} s; the ticker's longest gap {longest * 1000:.1f} ms")
+        if longest < 0.050:
+            break
+    assert min(rounds) < 0.050, f"the loop was held up in every round: {rounds}"
+    assert sync_threads
+    assert loop_thread not in sync_threads
+
+
+async def _ticking_round(store: Store, registry: Registry, round_no: int) -> tuple[float, float]:
+    """Run 200 jobs (half blocking sync handlers) under a 1 ms ticker: its longest gap, and how long they took."""
     await store.jobs.enqueue_many(
         [{"name": "blocking" if i % 2 else "awaiting", "payload": i} for i in range(200)]
     )
@@ -155,15 +179,22 @@ async def test_the_loop_keeps_ticking_while_200_jobs_run(store: Store) -> None:
             last = now
 
     worker = store.worker(registry, concurrency=8)  # built at the application's start-up (imports...)
-    tick = asyncio.create_task(ticker())
-    began = time.monotonic()
-    async with worker:
-        await until(lambda: _done_count(store, 200), "200 jobs done")
-    took = time.monotonic() - began
-    ticking = False
-    await tick
-    print(f"\n200 jobs in {took:.3f} s; ticker: {len(gaps)} ticks, longest gap {max(gaps) * 1000:.1f} ms")
-    assert max(gaps) < 0.050
+    # A full garbage collection stops every thread for as long as the whole test process's heap
+    # takes to traverse (160 ms seen here, after other test modules): that is the process's
+    # pause, not the worker's hold on the loop. Frozen, the heap so far is left out of it.
+    gc.collect()
+    gc.freeze()
+    try:
+        tick = asyncio.create_task(ticker())
+        began = time.monotonic()
+        async with worker:
+            await until(lambda: _done_count(store, 200 * (round_no + 1)), "200 jobs done")
+        took = time.monotonic() - began
+        ticking = False
+        await tick
+    finally:
+        gc.unfreeze()
+    return max(gaps), took
 
 
 async def _done_count(store: Store, n: int) -> bool:

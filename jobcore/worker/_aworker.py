@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import threading
 from collections import Counter
@@ -155,7 +156,9 @@ class AsyncWorker:
             raise RuntimeError("this worker was already started; make a new one")
         self._ended = self.loop.create_future()
         self._ended.add_done_callback(_mark_retrieved)
-        _in_thread(self.loop, self._ended, self.engine.run, f"jobcore-aworker-{self.worker_id}")
+        # The application (uvicorn...) owns the process's signals: the engine installs none.
+        run = functools.partial(self.engine.run, stop_signals=False)
+        _in_thread(self.loop, self._ended, run, f"jobcore-aworker-{self.worker_id}")
         return self
 
     async def run(self) -> None:
