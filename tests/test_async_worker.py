@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -239,21 +241,50 @@ async def test_W01_heartbeats_keep_the_lease_of_an_async_handler_that_outlives_i
         await release.wait()
         return "finished"
 
+    beats = _count_heartbeats(store.worker_driver)
     job = await store.jobs.enqueue("long", "x")
     async with store.worker(registry):
         await asyncio.wait_for(started.wait(), WAIT)
         for _ in range(4):  # 80 s of store time against a 30 s lease
             store.clock.advance(seconds=20)
+            moved_at = beats["heartbeat"]
             expected = to_millis(store.clock.now()) + LEASE
             await until(
                 lambda expected=expected: _lease_is(store, job.id, expected),  # type: ignore[misc]
                 "a renewal after the clock moved",
+            )
+            # A worker dates a renewal from before it sends it: the clock moves on only once a
+            # beat sent wholly after the move has come back (beat moved_at+2 started after it).
+            await until(
+                lambda moved_at=moved_at: _true(beats["heartbeat"] >= moved_at + 3),  # type: ignore[misc]
+                "a renewal sent after the move",
             )
         taken = await store.jobs.claim(["default"], worker_id="w-other", lease=LEASE)
         assert taken.claimed == ()  # the lease held all along
         release.set()
         done = await store.until(job.id, "done")
     assert (done.attempt, done.result, done.errors) == (1, "finished", ())
+
+
+def _count_heartbeats(driver: Any) -> Counter[str]:
+    """Count the worker's heartbeat calls on ``driver`` (async or sync)."""
+    calls: Counter[str] = Counter()
+    original = driver.heartbeat
+    if inspect.iscoroutinefunction(original):
+
+        async def counted_async(*args: Any, **kwargs: Any) -> Any:
+            calls["heartbeat"] += 1
+            return await original(*args, **kwargs)
+
+        driver.heartbeat = counted_async
+    else:
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls["heartbeat"] += 1
+            return original(*args, **kwargs)
+
+        driver.heartbeat = counted
+    return calls
 
 
 async def _lease_is(store: Store, job_id: str, expected: datetime) -> bool:
