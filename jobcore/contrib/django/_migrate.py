@@ -1,0 +1,56 @@
+"""What the app's migrations run: jobcore's own, idempotent schema install (``driver.migrate()``).
+
+Every jobcore release whose schema changes ships one more migration calling
+:func:`install_schema`, so ``python manage.py migrate`` keeps the schema at what the
+installed jobcore needs. Migrating backwards leaves jobcore's schema in place (its tables
+hold jobs, not Django models); drop it by hand if you remove the app.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.apps import apps as django_apps
+
+from jobcore.current import get_job_driver, set_job_driver
+from jobcore.driver import JobDriver
+from jobcore.errors import NoDriver
+
+from ._settings import build_driver
+
+__all__ = ["install_schema"]
+
+log = logging.getLogger("jobcore.django")
+
+
+def _current() -> JobDriver | None:
+    try:
+        return get_job_driver()
+    except NoDriver:
+        return None
+
+
+def install_schema(apps: Any, schema_editor: Any) -> None:
+    """Migrate jobcore's store when Django migrates ``JOBCORE["DATABASE"]`` (other aliases: nothing).
+
+    Under Django's test runner the database migrated is the test database (another
+    ``NAME``): the process-wide driver built at start-up is then replaced by one on it,
+    so the tests' jobs land beside the tests' rows.
+    """
+    connection = schema_editor.connection
+    app = django_apps.get_app_config("jobcore")
+    config = app.config
+    if connection.alias != config.database:
+        return
+    driver = app.driver
+    name = connection.settings_dict.get("NAME")
+    if config.url is None and getattr(driver, "database_name", name) != name:
+        fresh = build_driver(config, connection.settings_dict)
+        if _current() is driver:
+            set_job_driver(fresh)
+        driver.close()
+        app.driver = driver = fresh
+        log.info("jobcore now uses database %s (Django's test runner migrated it)", name)
+    done = driver.migrate()
+    log.info("jobcore schema: %s", done.describe())
