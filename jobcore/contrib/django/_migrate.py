@@ -9,7 +9,7 @@ hold jobs, not Django models); drop it by hand if you remove the app.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.apps import apps as django_apps
 
@@ -18,6 +18,9 @@ from jobcore.driver import JobDriver
 from jobcore.errors import NoDriver
 
 from ._settings import build_driver
+
+if TYPE_CHECKING:
+    from .apps import JobcoreConfig
 
 __all__ = ["install_schema"]
 
@@ -39,7 +42,7 @@ def install_schema(apps: Any, schema_editor: Any) -> None:
     so the tests' jobs land beside the tests' rows.
     """
     connection = schema_editor.connection
-    app = django_apps.get_app_config("jobcore")
+    app = cast("JobcoreConfig", django_apps.get_app_config("jobcore"))
     config = app.config
     if connection.alias != config.database:
         return

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 from django.db import connections
 
-from jobcore.drivers.postgres import PostgresDriver
 from jobcore.driver import Duration
+from jobcore.drivers.postgres import PostgresDriver  # type: ignore[import-not-found]
 from jobcore.errors import NotSupported
 from jobcore.records import Job
 

@@ -123,7 +123,9 @@ def conninfo_of(settings_dict: Mapping[str, Any]) -> str:
     return make_conninfo("", **{k: val for k, val in params.items() if val is not None})
 
 
-def build_driver(config: Config, settings_dict: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None) -> JobDriver:
+def build_driver(
+    config: Config, settings_dict: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None
+) -> JobDriver:
     """The driver ``config`` describes; ``settings_dict`` is ``DATABASES[config.database]`` as
     the connection holds it (the test database under Django's test runner). ``extra`` options
     (a worker's connection budget) give way to those set in ``OPTIONS``."""

@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     # under its own lock, so this migration is not wrapped in Django's transaction.
     atomic = False
     initial = True
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
     operations = [
         migrations.RunPython(install_schema, migrations.RunPython.noop, elidable=False),
     ]

@@ -21,6 +21,7 @@ from jobcore.cli._output import exit_code_for
 from jobcore.cli._process import import_jobs
 from jobcore.cli.worker import WORKER_CONNECTIONS, add_worker_options, connection_budget, run_worker
 from jobcore.contrib.django._settings import build_driver
+from jobcore.contrib.django.apps import JobcoreConfig
 from jobcore.errors import JobcoreError
 
 
@@ -47,7 +48,9 @@ class Command(BaseCommand):
                 import_jobs(module)
         else:
             autodiscover_modules("jobs")
-        config = django_apps.get_app_config("jobcore").config
+        app = django_apps.get_app_config("jobcore")
+        assert isinstance(app, JobcoreConfig)
+        config = app.config
         connections_given = options["connections"]
         if connections_given is not None:
             v.check_int(connections_given, "--connections", 1, 1000)
