@@ -5,7 +5,7 @@ from urllib.parse import unquote, urlsplit
 
 _url = urlsplit(os.environ["SHOP_DATABASE_URL"])
 
-SECRET_KEY = "test-only"  # noqa: S105
+SECRET_KEY = "test-only"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver"]
 USE_TZ = True

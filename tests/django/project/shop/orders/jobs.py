@@ -1,7 +1,6 @@
 """The jobs of the orders app (manage.py jobcore_worker imports every app's jobs.py)."""
 
 from jobcore import job
-
 from shop.orders.models import Order
 
 

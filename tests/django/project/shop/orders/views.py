@@ -19,10 +19,9 @@ def place_order(name: str, *, helper: bool = False, fail: bool = False, seen: li
     """Create an Order and enqueue its fulfilment in one transaction; ``fail`` raises after both."""
     with transaction.atomic():
         order = Order.objects.create(name=name)
-        if helper:  # the explicit helper: enqueue on Django's connection
-            queued = enqueue(fulfil, {"order": order.pk})
-        else:  # the handle: joins the atomic block because the app is installed
-            queued = fulfil.enqueue({"order": order.pk})
+        # The explicit helper enqueues on Django's connection; the handle joins the atomic
+        # block by itself because the app is installed.
+        queued = enqueue(fulfil, {"order": order.pk}) if helper else fulfil.enqueue({"order": order.pk})
         if seen is not None:
             seen.append(queued)
         if fail:
