@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -327,3 +328,24 @@ def test_importing_jobcore_imports_no_django() -> None:
     code = "import sys, jobcore, jobcore.registry, jobcore.cli, jobcore.cli.worker; print('django' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_starting_django_opens_no_connection(shop: SimpleNamespace) -> None:
+    """ready() builds the driver without connecting: management commands that never touch the
+    database (collectstatic in an image build) start with the server unreachable."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens on it once closed
+    config = read_config(SimpleNamespace(DATABASES=PG))
+    started = time.monotonic()
+    driver = build_driver(config, {"NAME": "app", "HOST": "127.0.0.1", "PORT": str(port), "USER": "nobody"})
+    try:
+        assert time.monotonic() - started < 1.0
+        assert (driver.django_database, driver.join_atomic, driver.database_name) == ("default", True, "app")
+    finally:
+        driver.close()
+
+
+def test_the_app_needs_no_new_migration(shop: SimpleNamespace) -> None:
+    """makemigrations finds nothing to write for jobcore (it has no models) or the project."""
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
