@@ -145,8 +145,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         import_jobs(args.module)
     if not len(default_registry):
         raise ConfigurationError(
-            f"{args.module or getattr(args, 'jobs_from', 'the imported modules')} declares no jobs",
-            getattr(args, "jobs_fix", None) or "decorate its handlers with @job, or name the module that does",
+            f"{args.module or 'the imported modules'} declares no jobs",
+            "decorate its handlers with @job, or name the module that does",
         )
     if args.driver is not None and args.connections is not None:
         v.check_int(args.connections, "--connections", 1, 1000)

@@ -267,6 +267,16 @@ def test_the_worker_command_refuses_bad_options_with_codes(shop: SimpleNamespace
         call_command("jobcore_worker", connections=0)
 
 
+
+def test_the_worker_command_refuses_modules_declaring_no_jobs(migrated: tuple[str, Any]) -> None:
+    """Run as a user does: exit status 5 (JC_CONFIGURATION) with the cause and the fix, no worker started."""
+    # --skip-checks: Django's URL checks would import the views, and with them shop/orders/jobs.py.
+    done = _run_manage(migrated[0], "jobcore_worker", "json", "--skip-checks", timeout=60)
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "JC_CONFIGURATION: json declare no @job handlers" in done.stderr
+    assert "fix: declare @job handlers" in done.stderr
+
+
 # -- Django's test runner -----------------------------------------------------------------
 
 

@@ -22,7 +22,8 @@ from jobcore.cli._process import import_jobs
 from jobcore.cli.worker import WORKER_CONNECTIONS, add_worker_options, connection_budget, run_worker
 from jobcore.contrib.django._settings import build_driver
 from jobcore.contrib.django.apps import JobcoreConfig
-from jobcore.errors import JobcoreError
+from jobcore.errors import ConfigurationError, JobcoreError
+from jobcore.registry import default_registry
 
 
 class Command(BaseCommand):
@@ -48,6 +49,13 @@ class Command(BaseCommand):
                 import_jobs(module)
         else:
             autodiscover_modules("jobs")
+        if not len(default_registry):
+            raise ConfigurationError(
+                f"{', '.join(modules)} declare no @job handlers" if modules
+                else "no installed app has a jobs.py declaring @job handlers",
+                "declare @job handlers in a jobs.py of an installed app, or name their modules: "
+                "manage.py jobcore_worker myapp.tasks",
+            )
         app = django_apps.get_app_config("jobcore")
         assert isinstance(app, JobcoreConfig)
         config = app.config
@@ -59,12 +67,7 @@ class Command(BaseCommand):
         else:
             extra = connection_budget(config.url, connections_given)
         driver = build_driver(config, connections[config.database].settings_dict, extra=extra)
-        args = argparse.Namespace(
-            **options, module=None, url=None, driver=driver,
-            jobs_from=" ".join(modules) if modules else "no installed app's jobs.py",
-            jobs_fix="declare @job handlers in a jobs.py of an installed app, or name their modules: "
-            "manage.py jobcore_worker myapp.tasks",
-        )
+        args = argparse.Namespace(**options, module=None, url=None, driver=driver)
         try:
             run_worker(args)
         finally:
