@@ -1,4 +1,5 @@
-"""The worker parity scenarios (rules W01-W07, parity_tests/test_worker.py) run through AsyncWorker.
+"""The worker parity scenarios (rules W01-W07 and the rate limits' T01-T03: parity_tests/test_worker.py
+and test_rate_limits.py) run through AsyncWorker.
 
 Each scenario builds its workers with ``make_worker``; here that builds an
 :class:`~jobcore.AsyncWorker` on an application loop (a thread of its own, as a web
@@ -21,8 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 from jobcore.drivers.memory import AsyncMemoryDriver, MemoryDriver
-from jobcore.parity import _support
-from jobcore.parity import test_worker as scenarios
+from jobcore.parity import _support, test_rate_limits, test_worker
 
 from jobcore import AsyncWorker, Registry
 from jobcore.clock import ManualClock, to_millis
@@ -92,7 +92,13 @@ def _fixture_names(fn: Callable[..., Any]) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
-SCENARIOS = {name: fn for name, fn in vars(scenarios).items() if name.startswith("test_W") and callable(fn)}
+MODULES = (test_worker, test_rate_limits)
+SCENARIOS = {
+    name: (module, fn)
+    for module in MODULES
+    for name, fn in vars(module).items()
+    if name.startswith(("test_W", "test_T")) and callable(fn)
+}
 
 
 @pytest.fixture
@@ -120,8 +126,8 @@ def test_worker_scenario_through_the_async_worker(
         built.append(worker)
         return worker
 
-    monkeypatch.setattr(scenarios, "make_worker", make_worker)
-    scenario = SCENARIOS[name]
+    module, scenario = SCENARIOS[name]
+    monkeypatch.setattr(module, "make_worker", make_worker)
     given = {"driver": driver, "clock": clock, "caplog": caplog}
     try:
         scenario(**{arg: given[arg] for arg in _fixture_names(scenario)})
