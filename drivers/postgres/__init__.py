@@ -67,6 +67,7 @@ from jobcore.errors import (
 from jobcore.records import Job, Migration
 
 from . import _schema
+from ._async_driver import AsyncPostgresDriver
 from ._config import check_listen_url, check_pooler, check_schema, own_options, split_url, store_url, timeouts
 from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospect
@@ -86,7 +87,7 @@ from ._rows import EPOCH
 from ._schedules import PostgresSchedules
 from ._sql import Statements
 
-__all__ = ["PostgresDriver", "make_pool"]
+__all__ = ["AsyncPostgresDriver", "PostgresDriver", "make_pool"]
 
 Row = tuple[Any, ...]
 _MS = timedelta(milliseconds=1)

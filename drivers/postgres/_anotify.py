@@ -108,7 +108,7 @@ class AsyncListener:
                         self._deliver(queue)
                 await self._listen(conn)
             except psycopg.Error as exc:
-                if self._stopped:
+                if self.stopped:
                     self._ready.set()  # refused: subscribe() reads why at once
                     break
                 if conn is not None:  # once per lost connection, not per failed reconnect
@@ -121,6 +121,11 @@ class AsyncListener:
                 if conn is not None:
                     discard(conn)
                     conn = None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`close` was called or the listener was refused."""
+        return self._stopped
 
     def close(self) -> None:
         """Stop listening: the task is cancelled and closes its connection as it ends."""

@@ -185,9 +185,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
             return
         if self._schema_lock is None:
             self._schema_lock = asyncio.Lock()
-        async with self._schema_lock:  # a second task racing here re-checks: harmless, it is read-only
-            if self._schema_ok:
-                return
+        async with self._schema_lock:  # a second task waiting here re-checks: harmless, it is read-only
             with translated(self.schema):
                 async with self._connection() as conn:
                     found = await _schema_async.read_version(conn, self.schema)
