@@ -57,6 +57,22 @@ def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.status == _TUPLES_OK
 
 
+async def driver_connection(connection: object) -> object:
+    """The psycopg ``AsyncConnection`` under an SQLAlchemy ``AsyncSession`` or ``AsyncConnection``
+    (its current transaction's: ``await session.connection()``, then its driver connection);
+    anything else as it is (the door checks it). SQLAlchemy is not imported: an object of
+    its ``ext.asyncio`` package is recognised by its module."""
+    if not type(connection).__module__.startswith("sqlalchemy.ext.asyncio"):
+        return connection
+    if hasattr(connection, "get_raw_connection"):  # an AsyncConnection
+        raw = await connection.get_raw_connection()
+    elif hasattr(connection, "connection"):  # an AsyncSession: the connection of its transaction
+        raw = await (await connection.connection()).get_raw_connection()
+    else:
+        return connection
+    return raw.driver_connection
+
+
 class AsyncPostgresDriver(AsyncFrontDoor):
     """The PostgreSQL driver for asyncio: every verb ``await``-ed, native I/O (psycopg ``AsyncConnection``).
 
@@ -290,24 +306,27 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     async def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None, connection: psycopg.AsyncConnection[Any] | None = None,
+        key: str | None = None, connection: psycopg.AsyncConnection[Any] | Any | None = None,
     ) -> Job:
-        """Store one job (E01, E02); ``connection=`` (a psycopg ``AsyncConnection``) joins the caller's transaction."""
+        """Store one job (E01, E02); ``connection=`` joins the caller's transaction: a psycopg
+        ``AsyncConnection``, or an SQLAlchemy ``AsyncSession``/``AsyncConnection`` on psycopg
+        (``postgresql+psycopg://``), whose driver connection is used."""
         if connection is None:
             return await super().enqueue(
                 name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                 max_attempts=max_attempts, key=key,
             )
         return await self._enqueue_in(
-            connection, "connection", name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key,
+            await driver_connection(connection), "connection", name, payload, queue=queue, priority=priority,
+            run_at=run_at, delay=delay, max_attempts=max_attempts, key=key,
         )
 
     async def enqueue_many(
-        self, specs: Iterable[Any], *, connection: psycopg.AsyncConnection[Any] | None = None
+        self, specs: Iterable[Any], *, connection: psycopg.AsyncConnection[Any] | Any | None = None
     ) -> list[Job]:
         """Store a batch in one round trip (E05); ``connection=`` joins the caller's transaction."""
-        return await self._enqueue_many_in(connection, "connection", specs)
+        handle = None if connection is None else await driver_connection(connection)
+        return await self._enqueue_many_in(handle, "connection", specs)
 
     # -- schema ------------------------------------------------------------------------
 
