@@ -203,3 +203,50 @@ def test_statements_never_block_the_loop(store: Any, pg_url: str) -> None:
     assert store.introspect.stats().counts["default"]["ready"] == 201
     assert len(gaps) >= 3
     assert max(gaps) < took / 2, (max(gaps), took)
+
+
+def test_a_callers_async_pool_is_used_and_left_open(store: Any, pg_url: str) -> None:
+    """Given a psycopg_pool.AsyncConnectionPool, the driver runs on it and never closes it."""
+    from psycopg_pool import AsyncConnectionPool  # noqa: PLC0415
+
+    async def scenario() -> tuple[Any, bool]:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False)
+        await pool.open()
+        try:
+            async with AsyncPostgresDriver(pool, schema=store.schema) as driver:
+                job = await driver.enqueue("on-your-pool")
+                claimed = (await driver.claim(["default"], worker_id="w", lease=30)).claimed
+                assert [c.job.id for c in claimed] == [job.id]
+                await driver.ack(claimed[0].token, {"ok": True})
+            return job, pool.closed
+        finally:
+            await pool.close()
+
+    job, closed = run(scenario())
+    assert closed is False
+    done = store.introspect.get(job.id)
+    assert done is not None
+    assert done.result == {"ok": True}
+
+
+def test_behind_pgbouncer_without_listen_url_wake_ups_are_refused(request: pytest.FixtureRequest, store: Any) -> None:
+    """Through PgBouncer (transaction mode, detected on the first connection): statements work,
+    ``notify`` leaves the capabilities once a connection found the pooler, and subscribe is
+    refused with the sync driver's code."""
+    from fixtures import pgbouncer as pb  # noqa: PLC0415
+    from jobcore.errors import NotSupported  # noqa: PLC0415
+
+    url = pb.bouncer_url(request.config)
+
+    async def scenario() -> tuple[frozenset[str], str]:
+        async with AsyncPostgresDriver(url, schema=store.schema) as driver:
+            job = await driver.enqueue("through-the-pooler")
+            assert (await driver.introspect.get(job.id)) == job
+            with pytest.raises(NotSupported) as info:
+                await driver.subscribe(["default"], lambda q: None)
+            return driver.capabilities, info.value.code
+
+    capabilities, code = run(scenario())
+    assert "notify" not in capabilities
+    assert "transactional_enqueue" in capabilities
+    assert code == "JC_NOT_SUPPORTED"
