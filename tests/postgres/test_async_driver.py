@@ -20,6 +20,7 @@ import pytest
 from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _pool
 from jobcore.parity.plugin import START
 
+import jobcore
 from jobcore.clock import ManualClock
 from jobcore.errors import BackendTimeout, BackendUnavailable, JobcoreError, OptionInvalid
 from tests.postgres.proxy import Proxy, proxy_to, through
@@ -131,12 +132,16 @@ def test_from_url_and_url_round_trip(pg_url: str) -> None:
     url = f"{pg_url}?schema=jobs_a&call_timeout=1500&pool_max=3&pooler=none"
     driver = AsyncPostgresDriver.from_url(url)
     twin = PostgresDriver.from_url(url)
+    connected = jobcore.connect_async(url)
     try:
         assert driver.url == twin.url
         assert (driver.schema, driver.call_timeout, driver.pooler) == ("jobs_a", 1.5, "none")
+        assert isinstance(connected, AsyncPostgresDriver)
+        assert connected.url == twin.url
     finally:
         twin.close()
         run(driver.close())
+        run(connected.close())
 
 
 def test_wake_ups_arrive_on_the_loop_for_committed_writes_only(store: Any, pg_url: str) -> None:
