@@ -255,3 +255,37 @@ def test_behind_pgbouncer_without_listen_url_wake_ups_are_refused(request: pytes
     assert "notify" not in capabilities
     assert "transactional_enqueue" in capabilities
     assert code == "JC_NOT_SUPPORTED"
+
+
+def test_schema_check_and_migrate_as_the_sync_driver(pg_url: str, pool: Any) -> None:
+    """A missing schema: JC_SCHEMA_OUTDATED on first use (nothing created), installed by
+    ``auto_migrate=True`` or ``await driver.migrate()``, whose answer is the sync driver's."""
+    from fixtures import postgres as fx  # noqa: PLC0415
+    from jobcore.errors import SchemaOutdated  # noqa: PLC0415
+
+    names = [fx.schema_name() for _ in range(3)]
+
+    async def scenario() -> tuple[str, Any, Any]:
+        async with AsyncPostgresDriver(pg_url, schema=names[0]) as plain:
+            with pytest.raises(SchemaOutdated) as info:
+                await plain.enqueue("x")
+        async with AsyncPostgresDriver(pg_url, schema=names[1], auto_migrate=True) as auto:
+            job = await auto.enqueue("x")
+        async with AsyncPostgresDriver(pg_url, schema=names[2]) as manual:
+            plan = await manual.migrate(dry_run=True)
+            done = await manual.migrate()
+        return info.value.code, job, (plan, done)
+
+    try:
+        code, job, (plan, done) = run(scenario())
+        assert code == "JC_SCHEMA_OUTDATED"
+        assert PostgresDriver(pool, schema=names[1]).introspect.get(job.id) == job
+        sync_plan = PostgresDriver(pool, schema=fx.schema_name()).migrate(dry_run=True)
+        assert (plan.before, plan.after, plan.applied) == (sync_plan.before, sync_plan.after, False)
+        assert (done.before, done.after, done.applied) == (None, plan.latest, True)
+        with pool.connection() as conn:
+            exists = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", [names[0]]).fetchone()
+        assert exists == (0,)
+    finally:
+        for name in names:
+            fx.drop_schema(pool, name)
