@@ -289,3 +289,34 @@ def test_schema_check_and_migrate_as_the_sync_driver(pg_url: str, pool: Any) -> 
     finally:
         for name in names:
             fx.drop_schema(pool, name)
+
+
+def test_a_listener_whose_connection_was_dropped_reconnects_and_calls_every_queue(store: Any, pg_url: str) -> None:
+    """The server ends the listening session: the task reconnects on its own, calls the callback
+    once per queue (wake-ups may have been lost meanwhile), and hears the next enqueue."""
+    heard: list[str] = []
+
+    async def wait_for(count: int) -> None:
+        for _ in range(200):
+            if len(heard) >= count:
+                return
+            await asyncio.sleep(0.025)
+        raise AssertionError(f"heard {heard}, wanted {count} calls")
+
+    async def scenario() -> None:
+        async with AsyncPostgresDriver(pg_url, schema=store.schema) as driver:
+            sub = await driver.subscribe(["a", "b"], heard.append)
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = %s",
+                    [f'LISTEN "{driver.channel}"'],
+                ).fetchone()
+            assert killed == (1,)
+            await wait_for(2)
+            assert sorted(heard) == ["a", "b"]
+            await driver.enqueue("x", queue="b")
+            await wait_for(3)
+            assert heard[2] == "b"
+            sub.close()
+
+    run(scenario())
