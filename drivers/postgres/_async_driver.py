@@ -102,9 +102,9 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     ``AsyncSession``/``AsyncConnection``, pass its driver connection: see docs/reference/async.md).
 
     ``driver.clock`` (without an injected clock) is a :class:`~jobcore.clock.StoreClock` whose
-    reading, renewed every 30 s, is one round trip on a short-lived sync connection: it
-    blocks the loop for that round trip (bounded by 2 s). The verbs never read it: their
-    time decisions are the statements' (F01).
+    reading, renewed every 30 s, is one round trip on a short-lived sync connection: read on
+    the loop, it blocks the loop for that round trip (connecting and reading each bounded by
+    2 s). The verbs never read it: their time decisions are the statements' (F01).
     """
 
     def __init__(
@@ -198,6 +198,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         kwargs = dict(self._pool.kwargs) if isinstance(self._pool.kwargs, dict) else {}
         kwargs.pop("session", None)
         kwargs["call_timeout"] = limit
+        kwargs["connect_timeout"] = 2  # libpq's least: a server away stalls the reading 2 s at most
         kwargs.setdefault("autocommit", True)
         conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
         with translated(self.schema), BoundedConnection.connect(conninfo, **kwargs) as conn:
