@@ -35,6 +35,12 @@ server-side prepared statement is used (:class:`._pool.Session`); LISTEN cannot 
 through such a pooler, so wake-ups go over ``listen_url`` (a direct connection) when one
 is given, and the ``notify`` capability is dropped (the worker polls) when not.
 
+Async. :class:`AsyncPostgresDriver` (:mod:`._async_driver`) is the same driver for asyncio,
+on psycopg ``AsyncConnection``: the backends (``_jobs``, ``_introspect``, ``_leases``,
+``_schedules``, ``_prune``, ``_schema``) are written once as ``*_async.py`` and the sync
+modules generated from them by ``tools/unasync.py``; the constructor's checks, the schema
+verdict and ``migrate``'s answer are :mod:`._config`'s, shared by both flavours.
+
 Schema. jobcore owns its schema (``jobcore`` by default, configurable): call
 ``driver.migrate()`` (or ``jobcore migrate``) at deploy time. A driver meeting a missing
 or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
