@@ -13,8 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 from jobcore.backoff import Backoff
 from jobcore.clock import Clock, ManualClock, SystemClock
-from jobcore.current import cancel_job, connect, get_job_driver, set_job_driver, use_job_driver
-from jobcore.driver import Introspector, JobDriver, LeaseStore, ScheduleStore
+from jobcore.current import (
+    cancel_job,
+    cancel_job_async,
+    connect,
+    connect_async,
+    get_async_job_driver,
+    get_job_driver,
+    set_async_job_driver,
+    set_job_driver,
+    use_async_job_driver,
+    use_job_driver,
+)
+from jobcore.driver import AsyncJobDriver, Introspector, JobDriver, LeaseStore, ScheduleStore
 from jobcore.errors import JobcoreError
 from jobcore.records import (
     FINISHED_STATES,
@@ -79,6 +90,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "FINISHED_STATES",
     "LIVE_STATES",
+    "AsyncJobDriver",
     "Backoff",
     "BulkResult",
     "ClaimResult",
@@ -113,11 +125,16 @@ __all__ = [
     "SystemClock",
     "Worker",
     "cancel_job",
+    "cancel_job_async",
     "connect",
+    "connect_async",
     "cron",
     "every",
+    "get_async_job_driver",
     "get_job_driver",
     "job",
+    "set_async_job_driver",
     "set_job_driver",
+    "use_async_job_driver",
     "use_job_driver",
 ]

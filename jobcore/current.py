@@ -10,15 +10,26 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from jobcore.driver import JobDriver
+from jobcore.driver import AsyncJobDriver, JobDriver
 from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid, redact
 from jobcore.records import Job
 
-__all__ = ["cancel_job", "connect", "get_job_driver", "set_job_driver", "use_job_driver"]
+__all__ = [
+    "cancel_job",
+    "cancel_job_async",
+    "connect",
+    "connect_async",
+    "get_async_job_driver",
+    "get_job_driver",
+    "set_async_job_driver",
+    "set_job_driver",
+    "use_async_job_driver",
+    "use_job_driver",
+]
 
 _SCHEMES: dict[str, tuple[str, str, str]] = {
     "memory": ("jobcore.drivers.memory", "MemoryDriver", ""),
@@ -28,9 +39,11 @@ _SCHEMES: dict[str, tuple[str, str, str]] = {
     "mongodb+srv": ("jobcore.drivers.mongo", "MongoDriver", "mongo"),
 }
 _ENTRY_POINT_GROUP = "jobcore.drivers"
+_ASYNC_ENTRY_POINT_GROUP = "jobcore.async_drivers"
 
 _lock = threading.Lock()
 _current: JobDriver | None = None
+_current_async: AsyncJobDriver | None = None
 
 
 def connect(url: str, **options: Any) -> JobDriver:
@@ -40,6 +53,21 @@ def connect(url: str, **options: Any) -> JobDriver:
     driver). Third-party drivers register a scheme under the ``jobcore.drivers``
     entry-point group, naming a class with a ``from_url(url, **options)`` classmethod.
     """
+    return _driver_class(url, flavour="")(url, **options)  # type: ignore[no-any-return]
+
+
+def connect_async(url: str, **options: Any) -> AsyncJobDriver:
+    """Build an async driver from ``url``, as :func:`connect` builds a sync one.
+
+    ``AsyncMemoryDriver``, ``AsyncPostgresDriver`` or ``AsyncMongoDriver``, with the same
+    options; nothing is opened until the first awaited verb (``await driver.migrate()``).
+    Third-party async drivers register under the ``jobcore.async_drivers`` entry-point group.
+    """
+    return _driver_class(url, flavour="Async")(url, **options)  # type: ignore[no-any-return]
+
+
+def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
+    """The ``from_url`` of the class serving ``url`` in ``flavour`` (``""`` sync, ``"Async"``)."""
     if not isinstance(url, str) or "://" not in url:
         fix = None
         if isinstance(url, str) and "=" in url:
@@ -56,10 +84,11 @@ def connect(url: str, **options: Any) -> JobDriver:
     if target is None:
         from importlib.metadata import entry_points  # noqa: PLC0415 - loads email, zipfile...: only for plug-ins
 
-        for ep in entry_points(group=_ENTRY_POINT_GROUP):
+        group = _ASYNC_ENTRY_POINT_GROUP if flavour else _ENTRY_POINT_GROUP
+        for ep in entry_points(group=group):
             if ep.name == scheme:
-                return ep.load().from_url(url, **options)  # type: ignore[no-any-return]
-        raise UrlInvalid(f"no jobcore driver handles {scheme}:// URLs")
+                return ep.load().from_url  # type: ignore[no-any-return]
+        raise UrlInvalid(f"no jobcore {'async ' if flavour else ''}driver handles {scheme}:// URLs")
     module_name, class_name, extra = target
     try:
         module = importlib.import_module(module_name)
@@ -68,7 +97,7 @@ def connect(url: str, **options: Any) -> JobDriver:
             f"the {scheme}:// driver needs packages that are not installed ({exc.name})",
             f"pip install 'jobcore-queue[{extra}]'",
         ) from exc
-    return getattr(module, class_name).from_url(url, **options)  # type: ignore[no-any-return]
+    return getattr(module, flavour + class_name).from_url  # type: ignore[no-any-return]
 
 
 def set_job_driver(driver: JobDriver | None) -> JobDriver | None:
@@ -103,4 +132,47 @@ def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | No
     job = target.introspect.cancel(job_id, reason)
     if job is None:
         raise JobNotCancellable(f"job {job_id} is finished or does not exist")
+    return job
+
+
+def set_async_job_driver(driver: AsyncJobDriver | None) -> AsyncJobDriver | None:
+    """Choose the process-wide async driver (``None`` clears it); answers the previous one.
+
+    ``await handle.enqueue_async(...)`` and :func:`cancel_job_async` use it. It is
+    separate from :func:`set_job_driver`: an application may have both, over one store.
+    """
+    global _current_async
+    with _lock:
+        previous, _current_async = _current_async, driver
+    return previous
+
+
+def get_async_job_driver() -> AsyncJobDriver:
+    """The process-wide async driver, or ``JC_NO_DRIVER`` when none was chosen."""
+    driver = _current_async
+    if driver is None:
+        raise NoDriver(
+            "no async job driver has been set for this process",
+            "call jobcore.set_async_job_driver(jobcore.connect_async(url)) at start-up",
+        )
+    return driver
+
+
+@contextlib.contextmanager
+def use_async_job_driver(driver: AsyncJobDriver) -> Iterator[AsyncJobDriver]:
+    """Use ``driver`` as the process-wide async one inside the ``with`` block, then restore."""
+    previous = set_async_job_driver(driver)
+    try:
+        yield driver
+    finally:
+        set_async_job_driver(previous)
+
+
+async def cancel_job_async(job_id: str, reason: str | None = None, *, driver: AsyncJobDriver | None = None) -> Job:
+    """:func:`cancel_job` on an async driver (the process-wide async one by default)."""
+    target = driver if driver is not None else get_async_job_driver()
+    job = await target.introspect.cancel(job_id, reason)
+    if job is None:
+        raise JobNotCancellable(f"job {job_id} is finished or does not exist")
+    assert isinstance(job, Job)
     return job

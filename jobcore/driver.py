@@ -56,6 +56,7 @@ from jobcore.records import (
 
 __all__ = [
     "CAPABILITIES",
+    "AsyncJobDriver",
     "DeferredStart",
     "Duration",
     "Introspector",
@@ -646,3 +647,73 @@ class JobDriver(Protocol):
         """Release connections and threads; idempotent."""
         ...
 
+
+
+@runtime_checkable
+class AsyncJobDriver(Protocol):
+    """The async flavour of :class:`JobDriver`: the same verbs, names, arguments, rules and
+    refusals, each store verb a coroutine (``await driver.enqueue(...)``).
+
+    ``AsyncMemoryDriver``, ``AsyncPostgresDriver`` and ``AsyncMongoDriver`` are
+    :class:`jobcore.door.AsyncFrontDoor` subclasses; their ``introspect``, ``leases`` and
+    ``schedules`` are the async doors (``await driver.introspect.stats()``). The sync
+    driver and its door are generated from the async source (``tools/unasync.py``), so
+    a check or refusal is the same on both. ``close`` is awaited; ``async with driver:``
+    closes it on the way out. A cancelled ``await`` leaves the whole write or none of it.
+    """
+
+    clock: Clock
+    capabilities: frozenset[str]
+    leases: Any
+    introspect: Any
+    schedules: Any
+
+    async def enqueue(
+        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+        run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
+        key: str | None = None,
+    ) -> Job:
+        """See :meth:`JobDriver.enqueue`."""
+        ...
+
+    async def enqueue_many(self, specs: Iterable[JobSpec | Any]) -> list[Job]:
+        """See :meth:`JobDriver.enqueue_many`."""
+        ...
+
+    async def claim(
+        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
+        drop_exhausted: Iterable[str] = (),
+    ) -> ClaimResult:
+        """See :meth:`JobDriver.claim`."""
+        ...
+
+    async def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
+        """See :meth:`JobDriver.heartbeat`."""
+        ...
+
+    async def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
+        """See :meth:`JobDriver.ack`."""
+        ...
+
+    async def ack_many(self, items: Iterable[tuple[ClaimToken, Any]]) -> list[Job | None]:
+        """See :meth:`JobDriver.ack_many`."""
+        ...
+
+    async def nack(
+        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
+        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
+    ) -> Job | None:
+        """See :meth:`JobDriver.nack`."""
+        ...
+
+    async def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Subscription:
+        """See :meth:`JobDriver.subscribe`; ``callback`` is called on the driver's event loop."""
+        ...
+
+    async def migrate(self, *, dry_run: bool = False) -> Migration:
+        """See :meth:`JobDriver.migrate`."""
+        ...
+
+    async def close(self) -> None:
+        """See :meth:`JobDriver.close`."""
+        ...

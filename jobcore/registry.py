@@ -26,8 +26,8 @@ import attrs
 
 from jobcore import validate as v
 from jobcore.backoff import DEFAULT_BACKOFF, Backoff
-from jobcore.current import get_job_driver
-from jobcore.driver import Duration, JobDriver
+from jobcore.current import get_async_job_driver, get_job_driver
+from jobcore.driver import AsyncJobDriver, Duration, JobDriver
 from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid, ScheduleInvalid
 from jobcore.records import ClaimToken, Job, JobSpec
 from jobcore.schedules import Cron, Every, ScheduleDefinition
@@ -230,12 +230,29 @@ class JobHandle:
     ) -> Job:
         """Store one job of this kind (on ``driver`` or the process-wide one) and answer it."""
         target = driver if driver is not None else get_job_driver()
-        return target.enqueue(
-            self.name, payload, queue=queue or self.queue,
-            priority=self.priority if priority is None else priority,
-            run_at=run_at, delay=delay,
-            max_attempts=self.max_attempts if max_attempts is None else max_attempts, key=key,
+        options = self._options(
+            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
         )
+        return target.enqueue(self.name, payload, **options)
+
+    async def enqueue_async(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        driver: AsyncJobDriver | None = None,
+    ) -> Job:
+        """:meth:`enqueue` on an async driver (``driver`` or the process-wide async one)."""
+        target = driver if driver is not None else get_async_job_driver()
+        options = self._options(
+            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
+        )
+        return await target.enqueue(self.name, payload, **options)
 
     def enqueue_many(
         self,
@@ -250,8 +267,45 @@ class JobHandle:
     ) -> list[Job]:
         """Store one job per payload in one round trip; answers them in input order."""
         target = driver if driver is not None else get_job_driver()
+        return target.enqueue_many(self._specs(
+            payloads, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts
+        ))
+
+    async def enqueue_many_async(
+        self,
+        payloads: Iterable[Any],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        driver: AsyncJobDriver | None = None,
+    ) -> list[Job]:
+        """:meth:`enqueue_many` on an async driver (``driver`` or the process-wide async one)."""
+        target = driver if driver is not None else get_async_job_driver()
+        return await target.enqueue_many(self._specs(
+            payloads, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts
+        ))
+
+    def _options(
+        self, *, queue: str | None, priority: int | None, run_at: datetime | None, delay: Duration | None,
+        max_attempts: int | None, key: str | None = None,
+    ) -> dict[str, Any]:
+        """The enqueue options with this kind's defaults filled in."""
+        return {
+            "queue": queue or self.queue, "priority": self.priority if priority is None else priority,
+            "run_at": run_at, "delay": delay,
+            "max_attempts": self.max_attempts if max_attempts is None else max_attempts, "key": key,
+        }
+
+    def _specs(
+        self, payloads: Iterable[Any], *, queue: str | None, priority: int | None, run_at: datetime | None,
+        delay: Duration | None, max_attempts: int | None,
+    ) -> list[JobSpec]:
+        """One spec per payload, with this kind's defaults filled in."""
         delay_value = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        specs = [
+        return [
             JobSpec(
                 name=self.name, payload=payload, queue=queue or self.queue,
                 priority=self.priority if priority is None else priority, run_at=run_at, delay=delay_value,
@@ -259,7 +313,6 @@ class JobHandle:
             )
             for payload in payloads
         ]
-        return target.enqueue_many(specs)
 
     def concurrency_slot(self, payload: Any) -> str | None:
         """The fleet lease key limiting this job's concurrency, or ``None`` when unlimited."""

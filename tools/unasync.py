@@ -9,6 +9,7 @@ keeps the source's layout, comments and docstrings:
 - names are renamed: ``AsyncFoo`` becomes ``Foo``, ``foo_async`` becomes ``foo``, and the
   few in :data:`RENAMES` (``__aenter__``, ``aclose``, ``asyncio.sleep``...) their sync
   counterparts; in strings and comments too, so docstrings name the sync classes;
+- ``Awaitable[T]`` becomes ``T``, and ``Awaitable`` leaves the imports;
 - a line ending in ``# sync: CODE`` becomes ``CODE`` (same indent); ``# sync: drop``
   drops it. That is the only way to say something different in the sync file.
 
@@ -23,6 +24,7 @@ import io
 import re
 import sys
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +93,9 @@ def unasync(source: str, origin: str) -> str:
                     stop += 1
                 edits.append((start, stop, ""))
                 continue
+            if tok.string == "Awaitable":  # ``Awaitable[T]`` is ``T``; the import goes
+                edits.extend(_unwrap_awaitable(tokens, index, offset, source))
+                continue
             # dotted renames: ``asyncio.sleep`` as three tokens
             if nxt is not None and nxt.string == "." and index + 2 < len(tokens):
                 dotted = f"{tok.string}.{tokens[index + 2].string}"
@@ -130,11 +135,33 @@ def unasync(source: str, origin: str) -> str:
     return HEADER.format(source=origin) + text
 
 
+def _unwrap_awaitable(
+    tokens: list[tokenize.TokenInfo], index: int, offset: Callable[[tuple[int, int]], int], source: str
+) -> list[tuple[int, int, str]]:
+    """The edits that make ``Awaitable[T]`` read ``T``, or drop ``Awaitable`` (and its comma) from an import."""
+    tok = tokens[index]
+    start = offset(tok.start)
+    nxt = tokens[index + 1]
+    if nxt.string == "[":
+        depth = 0
+        for close in tokens[index + 1 :]:
+            depth += {"[": 1, "]": -1}.get(close.string, 0) if close.type == tokenize.OP else 0
+            if depth == 0:
+                return [(start, offset(nxt.end), ""), (offset(close.start), offset(close.end), "")]
+        raise ValueError(f"unbalanced Awaitable[ at line {tok.start[0]}")
+    stop = offset(tok.end)
+    if nxt.string == ",":
+        stop = offset(nxt.end)
+        while stop < len(source) and source[stop] in " \n":
+            stop += 1
+    return [(start, stop, "")]
+
+
 def pairs() -> list[tuple[Path, Path]]:
     """Every ``(async source, sync target)`` in the trees."""
     found = []
     for tree in TREES:
-        for source in sorted((ROOT / tree).rglob("*_async.py")):
+        for source in sorted((ROOT / tree).rglob("?*_async.py")):
             found.append((source, source.with_name(source.name[: -len("_async.py")] + ".py")))
     return found
 

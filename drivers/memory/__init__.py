@@ -16,12 +16,13 @@ from jobcore.clock import Clock, SystemClock
 from jobcore.door import FrontDoor, IntrospectDoor, LeasesDoor, SchedulesDoor
 from jobcore.errors import UrlInvalid, redact
 
+from ._async_driver import AsyncMemoryDriver
 from ._introspect import MemoryIntrospect
 from ._jobs import MemoryJobs
 from ._leases import MemoryLeases
 from ._schedules import MemorySchedules
 
-__all__ = ["MemoryDriver"]
+__all__ = ["AsyncMemoryDriver", "MemoryDriver"]
 
 
 class MemoryDriver(FrontDoor):

@@ -1,3 +1,4 @@
+# Generated from _introspect_async.py by tools/unasync.py: edit that file, then run the tool.
 """The operator front door: :class:`IntrospectDoor` over a driver's :class:`IntrospectBackend`.
 
 ``driver.introspect`` is an :class:`IntrospectDoor`. It implements the public
@@ -15,13 +16,23 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
-from typing import Final, Protocol, runtime_checkable
-
-import attrs
+from datetime import timedelta
+from typing import Protocol, runtime_checkable
 
 from jobcore import validate as v
-from jobcore.clock import to_millis
+from jobcore.door._common import (
+    FINISHED,
+    NO_ROWS,
+    FinishedRow,
+    Refused,
+    Spacing,
+    chart_since,
+    guarded,
+    job_seq,
+    prune_cutoffs,
+    reason_text,
+    spacing,
+)
 from jobcore.driver import Duration
 from jobcore.records import (
     FINISHED_STATES,
@@ -37,7 +48,6 @@ from jobcore.records import (
     Stats,
 )
 from jobcore.vocabulary import (
-    CANCELLED_TEXT,
     GUARDS,
     MAX_CHART_MINUTES,
     MAX_PRUNE_ROWS,
@@ -46,64 +56,8 @@ from jobcore.vocabulary import (
     refused,
 )
 
-__all__ = [
-    "FinishedRow", "IntrospectBackend", "IntrospectDoor", "Refused", "Spacing", "chart_since", "job_seq",
-    "prune_cutoffs",
-]
-
-_MAX_SEQ: Final = 2**63 - 1
-_FINISHED: Final = tuple(sorted(FINISHED_STATES))
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-Spacing = Callable[[int], Sequence[timedelta]]
-"""``requeue_many``'s due-time offsets: given how many rows move, one offset from now per
-row (in the order the rows move, each a whole number of milliseconds, 0 for the first)."""
-
-
-FinishedRow = tuple[datetime, JobState, int]
-"""One row of ``IntrospectBackend.finished_counts``: (start of the minute, finished state, count)."""
-
-
-@attrs.frozen
-class Refused:
-    """A single-job verb's answer when the job exists but was not moved.
-
-    Attributes:
-        state: The state the job was found in.
-        key: For ``requeue``: the job's idempotency key, when a live job holds it.
-        holder: The id of that live job, when the store could tell (``None``: unknown).
-        clash: True when the job was finished but a live job of its name holds its key.
-    """
-
-    state: JobState
-    key: str | None = None
-    holder: str | None = None
-    clash: bool = False
-
-
-def job_seq(job_id: object) -> int | None:
-    """The sequence number a job id names (its canonical decimal text), or ``None`` (O09).
-
-    Ids are the decimal text of a positive 63-bit sequence without leading zeros. Only
-    ASCII digits count: ``int()`` alone would take a fullwidth digit, ``"+1"``, ``" 1"``
-    or ``"1_0"`` and answer some other job. A malformed id names no job.
-    """
-    if not isinstance(job_id, str) or not (job_id.isascii() and job_id.isdigit()) or len(job_id) > 19:
-        return None
-    seq = int(job_id)
-    return seq if 0 < seq <= _MAX_SEQ and job_id == str(seq) else None
-
-
-def prune_cutoffs(ages: Mapping[JobState, timedelta], now: datetime) -> dict[JobState, datetime]:
-    """Per state, the latest ``finished_at`` eligible for pruning at ``now`` (R01), to the millisecond."""
-    return {state: to_millis(now - age) for state, age in ages.items()}
-
-
-def chart_since(now: datetime, minutes: int) -> datetime:
-    """The start of ``finished_per_minute``'s window at ``now`` (O10): the start of now's
-    minute, less ``minutes - 1`` minutes, so the window is ``minutes`` whole minutes, the
-    last being the current one."""
-    return now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+__all__ = ["IntrospectBackend", "IntrospectDoor"]
+__all__ += ["FinishedRow", "Refused", "Spacing", "chart_since", "job_seq", "prune_cutoffs"]  # shared, for drivers
 
 
 @runtime_checkable
@@ -200,14 +154,6 @@ class IntrospectBackend(Protocol):
         ...
 
 
-def _spacing(spread: timedelta | None) -> Spacing:
-    def offsets(count: int) -> list[timedelta]:
-        span = v.default_spread(count) if spread is None else spread
-        return [v.spread_run_at(_EPOCH, span, i, count) - _EPOCH for i in range(count)]
-
-    return offsets
-
-
 class IntrospectDoor:
     """The public :class:`~jobcore.driver.Introspector` of every driver: checks, guards, wording."""
 
@@ -273,7 +219,7 @@ class IntrospectDoor:
     # -- single-job verbs ------------------------------------------------------------------
 
     def cancel(self, job_id: str, reason: str | None = None) -> Job | None:
-        text = _reason(reason)
+        text = reason_text(reason)
         seq = job_seq(v.check_id(job_id))
         return None if seq is None else self._backend.cancel(seq, GUARDS["cancel"].states, text)
 
@@ -298,24 +244,24 @@ class IntrospectDoor:
     def cancel_many(
         self, filter: JobFilter | None = None, *, reason: str | None = None, limit: int = v.MAX_BULK_ROWS,
     ) -> BulkResult:
-        flt, size = _guarded("cancel", filter), v.check_bulk_limit(limit)
-        text = _reason(reason)
-        return _NONE if flt is None else self._backend.cancel_many(flt, size, text)
+        flt, size = guarded("cancel", filter), v.check_bulk_limit(limit)
+        text = reason_text(reason)
+        return NO_ROWS if flt is None else self._backend.cancel_many(flt, size, text)
 
     def requeue_many(
         self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS, spread: Duration | None = None,
     ) -> BulkResult:
-        flt, size = _guarded("requeue", filter), v.check_bulk_limit(limit)
+        flt, size = guarded("requeue", filter), v.check_bulk_limit(limit)
         window = None if spread is None else v.check_spread(spread)
-        return _NONE if flt is None else self._backend.requeue_many(flt, size, _spacing(window))
+        return NO_ROWS if flt is None else self._backend.requeue_many(flt, size, spacing(window))
 
     def remove_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
-        flt, size = _guarded("remove", filter), v.check_bulk_limit(limit)
-        return _NONE if flt is None else self._backend.remove_many(flt, size)
+        flt, size = guarded("remove", filter), v.check_bulk_limit(limit)
+        return NO_ROWS if flt is None else self._backend.remove_many(flt, size)
 
     def promote_many(self, filter: JobFilter | None = None, *, limit: int = v.MAX_BULK_ROWS) -> BulkResult:
-        flt, size = _guarded("promote", filter), v.check_bulk_limit(limit)
-        return _NONE if flt is None else self._backend.promote_many(flt, size)
+        flt, size = guarded("promote", filter), v.check_bulk_limit(limit)
+        return NO_ROWS if flt is None else self._backend.promote_many(flt, size)
 
     # -- retention (R01) -----------------------------------------------------------------------
 
@@ -324,38 +270,25 @@ class IntrospectDoor:
         batch: int = v.DEFAULT_PRUNE_BATCH, dry_run: bool = False,
     ) -> PruneResult:
         rules, size, step = v.check_prune(policy, limit, batch, dry_run=dry_run)
-        ages = {state: age for state in _FINISHED if (age := rules.age(state)) is not None}
-        zero = dict.fromkeys(_FINISHED, 0)
+        ages = {state: age for state in FINISHED if (age := rules.age(state)) is not None}
+        zero = dict.fromkeys(FINISHED, 0)
         if not ages:  # every finished state kept forever
             return PruneResult(removed=zero, remaining=dict(zero))
         found = self._backend.prune(ages, size, step, dry_run)
         return PruneResult(
-            removed={s: found.removed.get(s, 0) for s in _FINISHED},
+            removed={s: found.removed.get(s, 0) for s in FINISHED},
             # Counted up to MAX_PRUNE_ROWS per state ("at least this many"), whatever the store counted.
-            remaining={s: min(found.remaining.get(s, 0), MAX_PRUNE_ROWS) for s in _FINISHED},
+            remaining={s: min(found.remaining.get(s, 0), MAX_PRUNE_ROWS) for s in FINISHED},
         )
 
     def __repr__(self) -> str:
         return f"IntrospectDoor({self._backend!r})"
 
 
-_NONE: Final = BulkResult(affected=0, remaining=0)
+_Move = Callable[[int, frozenset[JobState]], Job | Refused | None]
 
 
-def _reason(reason: object) -> str:
-    """The ``Cancelled`` entry's message: the checked reason, or the default text (O01)."""
-    return CANCELLED_TEXT if reason is None else v.error_entry(reason)[1]
-
-
-def _guarded(verb: str, filter: object) -> JobFilter | None:
-    """The checked filter narrowed to ``verb``'s guard, or ``None`` when no state is left (O05)."""
-    flt = v.check_filter(filter)
-    guard = GUARDS[verb].states
-    states = guard if flt.state is None else guard & flt.state
-    return attrs.evolve(flt, state=states) if states else None
-
-
-def _moved(verb: str, job_id: str, move: Callable[[int, frozenset[JobState]], Job | Refused | None]) -> Job:
+def _moved(verb: str, job_id: str, move: _Move) -> Job:
     """Run a refusable single-job verb: the job moved, or the refusal its answer names."""
     seq = job_seq(v.check_id(job_id))
     found = None if seq is None else move(seq, GUARDS[verb].states)

@@ -1,3 +1,4 @@
+# Generated from _jobs_async.py by tools/unasync.py: edit that file, then run the tool.
 """The jobs part of the front door: :class:`FrontDoor` (what users call) over a :class:`JobsBackend`.
 
 :class:`FrontDoor` implements the public :class:`~jobcore.driver.JobDriver` verbs
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from jobcore import validate as v
 from jobcore.clock import Clock
@@ -27,6 +28,8 @@ from jobcore.errors import NotSupported, OptionInvalid
 from jobcore.records import ClaimResult, ClaimToken, Job, Migration
 
 __all__ = ["FrontDoor", "JobsBackend"]
+
+_Door = TypeVar("_Door", bound="FrontDoor")
 
 @runtime_checkable
 class JobsBackend(Protocol):
@@ -163,7 +166,7 @@ class FrontDoor:
             name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
         )
-        return self._backend.insert((new,), None)[0]
+        return (self._backend.insert((new,), None))[0]
 
     def enqueue_many(self, specs: Iterable[Any]) -> list[Job]:
         """See :meth:`jobcore.driver.JobDriver.enqueue_many`."""
@@ -193,7 +196,7 @@ class FrontDoor:
     ) -> Job:
         """``enqueue`` joining the caller's transaction (drivers offering ``transactional_enqueue``)."""
         new = v.new_job(name, payload, now=None, default_max_attempts=self._default_max_attempts, **options)
-        return self._backend.insert((new,), self._joined(connection, keyword))[0]
+        return (self._backend.insert((new,), self._joined(connection, keyword)))[0]
 
     def _enqueue_many_in(self, connection: object, keyword: str, specs: Iterable[Any]) -> list[Job]:
         """``enqueue_many`` joining the caller's transaction."""
@@ -233,7 +236,7 @@ class FrontDoor:
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         """See :meth:`jobcore.driver.JobDriver.ack`."""
         text = None if result is None else v.encode_json(result, "result")
-        answer: Job | None = self._backend.ack_many([(v.check_token(token), text)], False)[0]
+        answer: Job | None = (self._backend.ack_many([(v.check_token(token), text)], False))[0]
         return answer
 
     @overload
@@ -292,6 +295,12 @@ class FrontDoor:
     def close(self) -> None:
         """See :meth:`jobcore.driver.JobDriver.close`."""
         self._backend.close()
+
+    def __enter__(self: _Door) -> _Door:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._backend!r})"

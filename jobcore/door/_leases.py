@@ -1,3 +1,4 @@
+# Generated from _leases_async.py by tools/unasync.py: edit that file, then run the tool.
 """The front door of fleet leases (rules K): ``driver.leases``, over a driver's :class:`LeasesBackend`.
 
 :class:`LeasesDoor` is the :class:`~jobcore.driver.LeaseStore` users call. It checks

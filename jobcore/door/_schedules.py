@@ -1,3 +1,4 @@
+# Generated from _schedules_async.py by tools/unasync.py: edit that file, then run the tool.
 """The front door of periodic schedules (rules P): ``driver.schedules``, over a driver's :class:`SchedulesBackend`.
 
 :class:`SchedulesDoor` is the :class:`~jobcore.driver.ScheduleStore` users (and

@@ -1,0 +1,305 @@
+"""The jobs part of the front door: :class:`AsyncFrontDoor` (what users call) over a :class:`AsyncJobsBackend`.
+
+:class:`AsyncFrontDoor` implements the public :class:`~jobcore.driver.JobDriver` verbs
+(enqueue, enqueue_many, claim, heartbeat, start, ack, ack_many, nack, subscribe,
+migrate, close) once for every driver: it checks every argument
+(:mod:`jobcore.validate`), applies the defaults, refuses what a backend cannot do
+(capabilities, :data:`jobcore.driver.CAPABILITIES`), and only then calls the backend
+with checked values. A backend never sees a value the door would refuse, so it never
+raises :class:`~jobcore.errors.InvalidInput` for an argument's shape.
+
+A driver is a :class:`AsyncFrontDoor` subclass whose ``__init__`` builds its backend and
+passes it to :meth:`AsyncFrontDoor.__init__`; a third-party driver implements
+:class:`AsyncJobsBackend` (plus the introspection, lease and schedule backends) and gets
+every check, default and refusal from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+
+from jobcore import validate as v
+from jobcore.clock import Clock
+from jobcore.driver import Duration, Subscription
+from jobcore.errors import NotSupported, OptionInvalid
+from jobcore.records import ClaimResult, ClaimToken, Job, Migration
+
+__all__ = ["AsyncFrontDoor", "AsyncJobsBackend"]
+
+_Door = TypeVar("_Door", bound="AsyncFrontDoor")
+
+@runtime_checkable
+class AsyncJobsBackend(Protocol):
+    """The narrow interface a driver implements for jobs; every argument arrives checked.
+
+    The door (:class:`AsyncFrontDoor`) has already refused bad input, applied defaults,
+    encoded payloads and results as canonical JSON text, and turned errors into
+    ``(type, message)`` entries. A backend keeps the rules that need the store's
+    atomicity (docs/rules.md ids below) and answers; it never re-checks arguments and
+    never spells a refusal of its own (state sets and history texts come from
+    :mod:`jobcore.vocabulary`). A token that no longer matches is an answer (``False``
+    or ``None``), never an error. Database failures raise a
+    :class:`~jobcore.errors.BackendError` subclass.
+
+    Attributes:
+        clock: The source of "now" (F01): the store's clock, or an injected one standing in for it.
+        capabilities: Names from :data:`jobcore.driver.CAPABILITIES` the backend offers. The
+            door emulates ``ack_landed_only`` from full acks and refuses ``claim(start=False)``
+            without ``deferred_start`` and a transaction handle without ``transactional_enqueue``.
+        connection_type: With ``transactional_enqueue``, the type (or types) of the handle
+            :meth:`insert` may receive (``psycopg.Connection``, pymongo's ``ClientSession``);
+            the door refuses anything else (``JC_OPTION_INVALID``).
+    """
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def capabilities(self) -> frozenset[str]: ...
+
+    async def insert(self, jobs: Sequence[v.StoreTimedJob], connection: Any) -> list[Job]:
+        """Store checked jobs in one round trip and answer them in input order (E01, E02, E05).
+
+        ``jobs`` is never empty. Each item's due time and state are the store's to decide
+        on its own clock (F01): ``job.due(now)`` with the store's now (to the millisecond).
+        A live job of the same name holding ``key`` is answered instead, with
+        ``duplicate=True``, including a key repeated inside the batch (the later item
+        answers the earlier one). ``connection`` is ``None`` or (``transactional_enqueue``
+        only) the caller's transaction handle, already checked against
+        :attr:`connection_type`: the insert joins it.
+        """
+        ...
+
+    async def claim(
+        self, queues: tuple[str, ...], worker_id: str, limit: int, lease: timedelta, *, drop: frozenset[str],
+        start: bool,
+    ) -> ClaimResult:
+        """One atomic claim (C01-C03, C06-C08): burial, reclaim, then due jobs by order.
+
+        ``queues`` are distinct checked names (1..100), ``limit`` 1..MAX_CLAIM_BATCH,
+        ``lease`` a positive finite duration, ``drop`` the names buried ``failed`` instead
+        of ``dead``. ``start=False`` (``deferred_start`` only; the door refuses it
+        otherwise) hands the jobs out held (F04).
+        """
+        ...
+
+    async def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
+        """Move a current token's lease to ``now + lease`` (L01-L03); ``False`` when not current."""
+        ...
+
+    async def start(self, tokens: list[ClaimToken]) -> list[bool]:
+        """Start held attempts (F04, ``deferred_start`` only); ``True`` per current token, in input order."""
+        ...
+
+    async def ack_many(self, items: list[tuple[ClaimToken, str | None]], landed_only: bool) -> list[Any]:
+        """Settle each current token ``done`` with its result text (JSON, or None) (S01, S06, S07).
+
+        A token repeated in the batch lands once. Answers in input order: the settled
+        :class:`Job` or ``None``; with ``landed_only`` (``ack_landed_only`` only; the door
+        asks it otherwise never) ``True``/``False`` and no job read back.
+        """
+        ...
+
+    async def nack(
+        self, token: ClaimToken, type_name: str, message: str, retry_at: datetime | None, *,
+        dead_letter: bool, fail: bool, counts_as_attempt: bool, park: bool,
+    ) -> Job | None:
+        """Settle a failed attempt (S02-S05) with the error entry ``(type_name, message)``.
+
+        The flags are real bools, never ``fail`` with ``park``; ``retry_at`` is an aware
+        UTC time or ``None`` (now). ``None`` when the token is not current (S06).
+        """
+        ...
+
+    async def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> Subscription:
+        """Call ``callback(queue)`` when a job may have become due in ``queues`` (checked
+        names; ``callback`` is callable). Without ``notify``: a subscription that never fires."""
+        ...
+
+    async def migrate(self, dry_run: bool) -> Migration:
+        """Install or upgrade the store's schema; idempotent."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads; idempotent."""
+        ...
+
+
+class AsyncFrontDoor:
+    """The public :class:`~jobcore.driver.JobDriver` verbs, checked once, over a :class:`AsyncJobsBackend`.
+
+    Args:
+        jobs: The driver's jobs backend.
+        default_max_attempts: ``max_attempts`` for jobs enqueued without one.
+    """
+
+    clock: Clock
+
+    def __init__(self, jobs: AsyncJobsBackend, *, default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS) -> None:
+        self._backend = jobs
+        self.clock = jobs.clock
+        self._default_max_attempts = v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
+        self._capabilities_given: frozenset[str] | None = None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What the backend offers (:data:`jobcore.driver.CAPABILITIES`), unless set on the driver."""
+        given = self._capabilities_given
+        return self._backend.capabilities if given is None else given
+
+    @capabilities.setter
+    def capabilities(self, value: Iterable[str]) -> None:
+        self._capabilities_given = frozenset(value)
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    async def enqueue(
+        self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+        run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
+        key: str | None = None,
+    ) -> Job:
+        """See :meth:`jobcore.driver.JobDriver.enqueue`."""
+        new = v.new_job(
+            name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
+        )
+        return (await self._backend.insert((new,), None))[0]
+
+    async def enqueue_many(self, specs: Iterable[Any]) -> list[Job]:
+        """See :meth:`jobcore.driver.JobDriver.enqueue_many`."""
+        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
+        return await self._backend.insert(news, None) if news else []
+
+    def _joined(self, connection: object, keyword: str) -> Any:
+        """``connection`` checked as a transaction handle the backend takes, or ``None``."""
+        if connection is None:
+            return None
+        if "transactional_enqueue" not in self.capabilities:
+            raise NotSupported(
+                f"this store cannot enqueue inside the caller's transaction ({keyword}= was given)",
+                f"enqueue without {keyword}=, or use a store offering transactional_enqueue",
+            )
+        kind = getattr(self._backend, "connection_type", None)
+        if kind is None or not isinstance(connection, kind):
+            expected = getattr(kind, "__name__", "the store's transaction handle")
+            raise OptionInvalid(
+                f"{keyword} must be a {expected}, got {type(connection).__name__}",
+                f"pass the {expected} whose transaction the job should join",
+            )
+        return connection
+
+    async def _enqueue_in(
+        self, connection: object, keyword: str, name: str, payload: Any, **options: Any
+    ) -> Job:
+        """``enqueue`` joining the caller's transaction (drivers offering ``transactional_enqueue``)."""
+        new = v.new_job(name, payload, now=None, default_max_attempts=self._default_max_attempts, **options)
+        return (await self._backend.insert((new,), self._joined(connection, keyword)))[0]
+
+    async def _enqueue_many_in(self, connection: object, keyword: str, specs: Iterable[Any]) -> list[Job]:
+        """``enqueue_many`` joining the caller's transaction."""
+        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
+        handle = self._joined(connection, keyword)
+        return await self._backend.insert(news, handle) if news else []
+
+    # -- claim and settle ----------------------------------------------------------------
+
+    async def claim(
+        self, queues: Sequence[str], *, worker_id: str, limit: int = 1, lease: Duration,
+        drop_exhausted: Iterable[str] = (), start: bool = True,
+    ) -> ClaimResult:
+        """See :meth:`jobcore.driver.JobDriver.claim` and :class:`~jobcore.driver.DeferredStart`."""
+        names, worker, size, span, drop = v.check_claim(queues, worker_id, limit, lease, drop_exhausted)
+        if start is not True and not v.check_bool(start, "start") and "deferred_start" not in self.capabilities:
+            raise NotSupported(
+                "this store cannot hold claims unstarted (claim(start=False))",
+                "claim with start=True, or use a store offering deferred_start",
+            )
+        return await self._backend.claim(names, worker, size, span, drop=drop, start=start)
+
+    async def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
+        """See :meth:`jobcore.driver.JobDriver.heartbeat`."""
+        return await self._backend.heartbeat(v.check_token(token), v.check_lease(lease))
+
+    async def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
+        """See :meth:`jobcore.driver.DeferredStart.start`."""
+        checked = v.check_tokens(tokens)
+        if "deferred_start" not in self.capabilities:
+            raise NotSupported(
+                "this store holds no claims unstarted, so there is nothing to start",
+                "claim with start=True (the default); check driver.capabilities for deferred_start",
+            )
+        return await self._backend.start(checked) if checked else []
+
+    async def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
+        """See :meth:`jobcore.driver.JobDriver.ack`."""
+        text = None if result is None else v.encode_json(result, "result")
+        answer: Job | None = (await self._backend.ack_many([(v.check_token(token), text)], False))[0]
+        return answer
+
+    @overload
+    async def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[False] = ...
+    ) -> list[Job | None]: ...
+
+    @overload
+    async def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
+
+    async def ack_many(
+        self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: bool = False
+    ) -> list[Job | None] | list[bool]:
+        """See :meth:`jobcore.driver.JobDriver.ack_many` and :class:`~jobcore.driver.LandedAcks`.
+
+        Without the backend's ``ack_landed_only``, ``landed_only=True`` is answered from full acks.
+        """
+        lean = v.check_bool(landed_only, "landed_only")
+        checked = [
+            (v.check_token(token), None if result is None else v.encode_json(result, "result"))
+            for token, result in v.check_pairs(items)
+        ]
+        if not checked:
+            return []
+        if lean and "ack_landed_only" not in self.capabilities:
+            return [job is not None for job in await self._backend.ack_many(checked, False)]
+        return await self._backend.ack_many(checked, lean)
+
+    async def nack(
+        self, token: ClaimToken, error: BaseException | str, *, retry_at: datetime | None = None,
+        dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
+    ) -> Job | None:
+        """See :meth:`jobcore.driver.JobDriver.nack`."""
+        checked = v.check_token(token)
+        type_name, message = v.error_entry(error)
+        due = None if retry_at is None else v.check_time(retry_at, "retry_at")
+        v.check_nack_flags(dead_letter=dead_letter, fail=fail, counts_as_attempt=counts_as_attempt, park=park)
+        return await self._backend.nack(
+            checked, type_name, message, due, dead_letter=dead_letter, fail=fail,
+            counts_as_attempt=counts_as_attempt, park=park,
+        )
+
+    # -- wake-ups, schema, lifecycle -------------------------------------------------------
+
+    async def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Any:
+        """See :meth:`jobcore.driver.JobDriver.subscribe`."""
+        names = frozenset(v.check_claim(queues, "subscriber", 1, 1, ())[0])
+        if not callable(callback):
+            raise OptionInvalid("callback must be callable", "pass a function taking the queue name")
+        return await self._backend.subscribe(names, callback)
+
+    async def migrate(self, *, dry_run: bool = False) -> Migration:
+        """See :meth:`jobcore.driver.JobDriver.migrate`."""
+        return await self._backend.migrate(v.check_bool(dry_run, "dry_run"))
+
+    async def close(self) -> None:
+        """See :meth:`jobcore.driver.JobDriver.close`."""
+        await self._backend.close()
+
+    async def __aenter__(self: _Door) -> _Door:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._backend!r})"
