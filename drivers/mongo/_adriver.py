@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import pymongo
 
 from ._store_async import AsyncMongoStore
@@ -40,14 +38,6 @@ class AsyncMongoDriver(AsyncMongoStore):
 
     Args: as :class:`~jobcore.drivers.mongo.MongoDriver`, with an ``AsyncMongoClient``.
     """
-
-    async def __aenter__(self) -> AsyncMongoDriver:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _hub_idle(self, hub: AsyncHub) -> None:
         """The last subscription of ``hub`` closed: stop it (a later subscribe starts another).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn, ParamSpec, TypeVar, cast
 
 import attrs
@@ -127,7 +127,7 @@ def translated(func: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-def translated_async(func: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+def translated_async(func: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
     """:func:`translated` for a coroutine method (the async flavour): the same bound, the same coded errors.
 
     ``pymongo.timeout`` is carried by a context variable, so the deadline follows the
