@@ -127,7 +127,7 @@ def __getattr__(name: str) -> Any:
         except ImportError as exc:  # pymongo before 4.13 has no (stable) AsyncMongoClient
             raise NotSupported(
                 f"jobcore's AsyncMongoDriver needs PyMongo's native async client ({exc})",
-                "install pymongo>=4.13 (pip install 'jobcore[mongo]' --upgrade)",
+                "pip install --upgrade 'pymongo>=4.13' (or 'jobcore-queue[mongo]')",
             ) from exc
         return AsyncMongoDriver
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
