@@ -83,6 +83,11 @@ class MongoStore(FrontDoor):
         most = v.check_int(pool_max, "pool_max", 1, 1000)
         call_bound = _seconds(call_timeout, "call_timeout")
         connect_bound = _seconds(connect_timeout, "connect_timeout")
+        # Every argument is checked before a client is made, so a refusal leaves no client behind.
+        v.check_name(database, "database")
+        if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
+            raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
+        v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
         if isinstance(uri_or_client, str):
             _refuse_unknown_options(uri_or_client)
             try:
@@ -103,9 +108,6 @@ class MongoStore(FrontDoor):
                 f"MongoDriver wants a mongodb:// URI or {_A_CLIENT}, got {type(uri_or_client).__name__}",
                 "pass MongoDriver('mongodb://host/db') or MongoDriver(MongoClient(...))",
             )
-        v.check_name(database, "database")
-        if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
-            raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
         options = self._client.options
         own = options.timeout  # the client's timeoutMS in seconds; 0 switches the bound off
         bound = call_bound if own is None else (float(own) or None)
