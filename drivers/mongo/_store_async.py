@@ -200,6 +200,7 @@ class AsyncMongoStore(AsyncFrontDoor):
         hold across shards unless prefixed by the shard key (docs/drivers/mongo.md, "At scale")."""
         hello = await self._hello()
         self._capabilities = self._capabilities or capabilities_of(hello)  # sync: drop
+        await self._now()  # sync: drop
         if hello.get("msg") != "isdbgrid":
             return
         try:

@@ -10,6 +10,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from fixtures import mongo as fx
 from jobcore.clock import ManualClock
-from jobcore.errors import JobcoreError, OptionInvalid
+from jobcore.errors import BackendFailure, JobcoreError, OptionInvalid
 
 
 @asynccontextmanager
@@ -184,3 +185,22 @@ def test_subscribe_follows_a_native_change_stream_on_the_loop(server: fx.MongoSe
     assert before == ["mail"]
     assert after == ["mail"]  # closed: the later enqueue woke nobody
     assert hub_gone  # the last subscription closed: its stream and task stopped
+
+
+def test_the_default_clock_is_the_servers_read_by_awaiting(server: fx.MongoServer) -> None:
+    """Without clock=, times are the server's (F01), read by awaited calls; clock.now() never blocks."""
+    name = f"jc_test_{uuid.uuid4().hex[:16]}"
+
+    async def main() -> None:
+        async with AsyncMongoDriver(server.url, database=name, auto_migrate=True, **server.driver_options) as driver:
+            with pytest.raises(BackendFailure):  # no reading yet, and now() will not block the loop for one
+                driver.clock.now()
+            job = await driver.enqueue("a")  # the first call checks the schema and reads the clock
+            now = driver.clock.now()
+            assert now >= job.created_at
+            assert now - job.created_at < timedelta(seconds=30)
+            assert abs(now - datetime.now(timezone.utc)) < timedelta(seconds=30)  # the server runs on this host
+            assert repr(driver.clock).startswith("AsyncStoreClock(rtt=")
+            await driver._client.drop_database(name)
+
+    asyncio.run(main())
