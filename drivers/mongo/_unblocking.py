@@ -119,6 +119,7 @@ class AsyncHub:
         self._task: asyncio.Task[None] | None = None
         self._stream: Any = None
         self._resume: Any = None
+        self._stopped = False
 
     @property
     def empty(self) -> bool:
@@ -171,7 +172,9 @@ class AsyncHub:
 
     async def _run(self) -> None:
         try:
-            while True:
+            # A flag as well as the cancellation: a cancellation delivered inside PyMongo's
+            # stream code may come out as a stream error, which this loop would survive.
+            while not self._stopped:
                 try:
                     if self._stream is None:
                         self._stream = await self._open()
@@ -183,7 +186,8 @@ class AsyncHub:
                     await self._discard()
                     if isinstance(exc, pe.OperationFailure) and not exc.timeout:
                         self._resume = None
-                    await asyncio.sleep(REOPEN_PAUSE)
+                    if not self._stopped:
+                        await asyncio.sleep(REOPEN_PAUSE)
                     continue
                 if change is not None:
                     await self._deliver(change.get("fullDocument"))
@@ -220,6 +224,7 @@ class AsyncHub:
 
     def close(self) -> None:
         """Stop following the stream (from any thread; the task ends on its loop)."""
+        self._stopped = True
         task = self._task
         if task is not None:
             self._on_loop(task.cancel)
@@ -231,5 +236,5 @@ class AsyncHub:
             return
         self.close()
         if self._loop is asyncio.get_running_loop():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Bounded as the sync hub's join is: a stream stuck in a poll ends with its call bound.
+            await asyncio.wait({task}, timeout=WAIT_MS / 1000 * 8)
