@@ -50,6 +50,7 @@ class AsyncStoreClock(StoreClock):
 
     def __init__(self) -> None:
         super().__init__(self._unread)
+        self._pending: asyncio.Future[None] | None = None
 
     @staticmethod
     def _unread() -> datetime:
@@ -59,27 +60,37 @@ class AsyncStoreClock(StoreClock):
         )
 
     async def refresh(self, read: Callable[[], Awaitable[datetime]]) -> None:
-        """Read the server's time when the reading in use is due for renewal (or there is none)."""
+        """Read the server's time when the reading in use is due for renewal (or there is none).
+
+        Concurrent callers share one reading in flight (a burst of first calls sends one
+        ``hello`` series, not one each); a caller cancelled meanwhile leaves it running.
+        """
         anchor = self._anchor
         if anchor is not None and self._mono() - anchor[1] < self._refresh:
             return
-        best: tuple[datetime, float, float] | None = None
+        pending = self._pending
+        if pending is None or pending.done() or pending.get_loop() is not asyncio.get_running_loop():
+            pending = self._pending = asyncio.ensure_future(self._read_best(read))
         try:
-            for _ in range(3):
-                sent = self._mono()
-                store = await read()
-                back = self._mono()
-                if best is None or back - sent < best[2]:
-                    best = (store.astimezone(utc), (sent + back) / 2, back - sent)
-                if back - sent <= self._max_rtt:
-                    break
+            await asyncio.shield(pending)
         except Exception:
-            if anchor is None and best is None:
-                raise
-        if best is not None:
-            with self._lock:
-                self._anchor = (best[0], best[1])
-                self.rtt = best[2]
+            if self._anchor is None:
+                raise  # no reading at all: the caller cannot decide
+
+    async def _read_best(self, read: Callable[[], Awaitable[datetime]]) -> None:
+        best: tuple[datetime, float, float] | None = None
+        for _ in range(3):
+            sent = self._mono()
+            store = await read()
+            back = self._mono()
+            if best is None or back - sent < best[2]:
+                best = (store.astimezone(utc), (sent + back) / 2, back - sent)
+            if back - sent <= self._max_rtt:
+                break
+        assert best is not None
+        with self._lock:
+            self._anchor = (best[0], best[1])
+            self.rtt = best[2]
 
     def now(self) -> datetime:
         anchor = self._anchor
