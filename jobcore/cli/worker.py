@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -30,9 +29,9 @@ from jobcore.current import set_job_driver
 from jobcore.errors import ClaimQueuesEmpty, ConfigurationError
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
-from jobcore.worker import DEFAULT_RETENTION, Worker
+from jobcore.worker import DEFAULT_RETENTION, TRACEBACKS, Worker
 
-__all__ = ["WORKER_CONNECTIONS", "connection_budget", "register", "run_worker"]
+__all__ = ["WORKER_CONNECTIONS", "add_worker_options", "connection_budget", "register", "run_worker"]
 
 def register(subparsers: Any) -> None:
     """Add the ``worker`` sub-command."""
@@ -42,6 +41,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
     add_url_option(parser)
+    add_worker_options(parser)
+    parser.set_defaults(func=run_worker)
+
+
+def add_worker_options(parser: argparse.ArgumentParser) -> None:
+    """The worker's options after MODULE and ``--url``: shared with ``manage.py jobcore_worker``
+    (:mod:`jobcore.contrib.django`), which passes its own driver and imports the jobs itself."""
     parser.add_argument(
         "--queues", default=None,
         help="comma-separated queues (default: those the jobs declare; a value naming no queue is refused)",
@@ -81,11 +87,18 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
     parser.add_argument(
+        "--tracebacks", choices=TRACEBACKS, default="final",
+        help="when a failed attempt's traceback is logged: final (only when no retry is left; default), always, never",
+    )
+    parser.add_argument(
+        "--summary-interval", type=float, default=60.0,
+        help="seconds between one-line summaries of what the worker did (default 60; 0: none)",
+    )
+    parser.add_argument(
         "--metrics-port", type=int, default=None,
         help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
     )
     parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
-    parser.set_defaults(func=run_worker)
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -135,10 +148,12 @@ def connection_budget(url: str, connections: object) -> dict[str, int]:
 
 def _run_worker(args: argparse.Namespace) -> int:
     queues_given = _queues_option(args.queues)  # refused before anything is imported or connected
-    import_jobs(args.module)
+    if args.module is not None:  # None: the caller imported the jobs (manage.py jobcore_worker)
+        import_jobs(args.module)
     if not len(default_registry):
         raise ConfigurationError(
-            f"{args.module} declares no jobs", "decorate its handlers with @job, or name the module that does"
+            f"{args.module or 'the imported modules'} declares no jobs",
+            "decorate its handlers with @job, or name the module that does",
         )
     if args.driver is not None and args.connections is not None:
         v.check_int(args.connections, "--connections", 1, 1000)
@@ -157,7 +172,8 @@ def _run_worker(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout, worker_id=args.worker_id,
                 rescue_interval=args.rescue_interval or None,
                 retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
-                scheduler=not args.no_scheduler,
+                scheduler=not args.no_scheduler, tracebacks=args.tracebacks,
+                summary_interval=args.summary_interval or None,
             )
             metrics = None
             if args.metrics_port is not None:
@@ -166,7 +182,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 metrics = start_metrics_server(args.metrics_port, driver=driver)
                 worker.log.info("serving metrics on port %d at /metrics", metrics.port)
             previous = set_job_driver(driver)
-            restore = _install_signal_handlers(worker)
+            restore = worker.stop_on_signals()
             try:
                 if early:  # asked to stop while connecting or migrating: the worker never starts
                     worker.log.warning("%s received while starting: the worker does not start", early[0].name)
@@ -180,19 +196,3 @@ def _run_worker(args: argparse.Namespace) -> int:
     finally:
         restore_early()
     return 0
-
-
-def _install_signal_handlers(worker: Worker) -> Callable[[], None]:
-    """SIGTERM/SIGINT drain the worker; a second one abandons in-flight jobs. Answers an undo function."""
-    received: list[signal.Signals] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig)
-        if len(received) == 1:
-            worker.log.warning("%s received: draining (send it again to stop at once)", sig.name)
-            worker.request_stop()
-        else:
-            worker.log.warning("%s received again: abandoning in-flight jobs", sig.name)
-            worker.request_stop(drain_timeout=0)
-
-    return on_stop_signals(on_signal)
