@@ -1141,7 +1141,7 @@ def run_all(
                             continue
                         value = attempt(
                             f"async {kind}, {producers} producer(s)", system,
-                            lambda s=system, k=kind, p=producers, c=count: h.async_enqueue(s, k, p, c, size),
+                            lambda s=system, k=kind, p=producers, c=count, z=size: h.async_enqueue(s, k, p, c, z),
                         )
                         if value is not None:
                             add(system, f"a_{kind}{producers}", value)
@@ -1330,7 +1330,8 @@ def async_goals(results: dict[str, dict[str, float | None]], batch: int) -> list
     for label, key, higher in async_rows(batch):
         r = ratio(results, key, higher)
         text = f"{label.removesuffix(' (jobs/s)')} >= 1.0x the fastest peer"
-        out.append(f"- n/a: {text} (not measured)" if r is None else f"- {'PASS' if r >= 1.0 else 'FAIL'}: {text}: {r:.2f}x")
+        verdict = "n/a" if r is None else "PASS" if r >= 1.0 else "FAIL"
+        out.append(f"- {verdict}: {text}: " + ("not measured" if r is None else f"{r:.2f}x"))
     return out
 
 
@@ -1617,7 +1618,9 @@ def main() -> None:
         help="only the async producer rows (jobcore, " + ", ".join(ASYNC_PEERS) + "); prints, does not write the doc",
     )
     parser.add_argument("--no-async", action="store_true", help="leave out the async producer rows")
-    parser.add_argument("--async-jobs", type=int, default=None, help="async one-at-a-time jobs per row (2,000; quick 500)")
+    parser.add_argument(
+        "--async-jobs", type=int, default=None, help="async one-at-a-time jobs per row (2,000; quick 500)"
+    )
     parser.add_argument(
         "--async-batch-jobs", type=int, default=None, help="async batched jobs per row (20,000; quick 5,000)"
     )
