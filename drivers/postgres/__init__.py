@@ -45,14 +45,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobcore import validate as v
@@ -65,12 +63,12 @@ from jobcore.errors import (
     OptionInvalid,
     SchemaOutdated,
     UrlInvalid,
-    redact,
-    secrets_of,
 )
 from jobcore.records import Job, Migration
 
 from . import _schema
+from ._async_driver import AsyncPostgresDriver
+from ._config import check_listen_url, check_pooler, check_schema, own_options, split_url, store_url, timeouts
 from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospect
 from ._jobs import PostgresJobs
@@ -79,7 +77,6 @@ from ._notify import Listener, channel_for
 from ._pool import (
     CLOCK_READ_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
-    POOLER_MODES,
     BoundedConnection,
     Pool,
     alive,
@@ -90,7 +87,7 @@ from ._rows import EPOCH
 from ._schedules import PostgresSchedules
 from ._sql import Statements
 
-__all__ = ["PostgresDriver", "make_pool"]
+__all__ = ["AsyncPostgresDriver", "PostgresDriver", "make_pool"]
 
 Row = tuple[Any, ...]
 _MS = timedelta(milliseconds=1)
@@ -105,42 +102,6 @@ def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
     """Whether the statement answered rows (``cur.description`` would build its column list)."""
     result = cur.pgresult
     return result is not None and result.status == _TUPLES_OK
-
-
-def _timeouts(statement_timeout: object, call_timeout: object) -> tuple[timedelta | None, timedelta | None]:
-    """The two bounds, checked: positive finite durations, or None for none."""
-    statement = None if statement_timeout is None else v.check_duration(
-        statement_timeout, "statement_timeout", lo=_MS, positive=True
-    )
-    call = None if call_timeout is None else v.check_duration(call_timeout, "call_timeout", lo=_MS, positive=True)
-    return statement, call
-
-
-def _check_pooler(pooler: object) -> str:
-    if not isinstance(pooler, str) or pooler not in POOLER_MODES:
-        raise OptionInvalid(
-            f"pooler={pooler!r:.40} is not one of {', '.join(POOLER_MODES)}",
-            "pass pooler='transaction' behind PgBouncer or a cloud pooler, 'none' for a direct server, "
-            "or leave the default 'auto' (detected on each new connection)",
-        )
-    return pooler
-
-
-def check_listen_url(url: object) -> str | None:
-    """``url`` (the direct server wake-ups LISTEN on) checked to be a ``postgresql://`` URL, or None."""
-    if url is None:
-        return None
-    fix = "pass the URL of the PostgreSQL server itself (not the pooler), e.g. postgresql://user@db-host/app"
-    if not isinstance(url, str):
-        raise UrlInvalid(f"listen_url must be a postgresql:// URL, got {type(url).__name__}", fix)
-    shown = redact(repr(url), secrets_of(url))[:80]
-    try:
-        scheme = urlsplit(url).scheme.lower()
-    except ValueError as exc:
-        raise UrlInvalid(f"listen_url {shown} is not a valid URL ({exc})", fix) from None
-    if scheme not in ("postgresql", "postgres"):
-        raise UrlInvalid(f"listen_url {shown} is not a PostgreSQL URL", fix)
-    return url
 
 
 def make_pool(
@@ -167,11 +128,11 @@ def make_pool(
     connection within ``timeout`` answers the last attempt's real cause (``JC_DB_AUTH`` for
     refused credentials, ``JC_DB_UNAVAILABLE`` naming the host and port).
     """
-    statement, call = _timeouts(statement_timeout, call_timeout)
+    statement, call = timeouts(statement_timeout, call_timeout)
     least = v.check_int(min_size, "min_size", 0, 1000)
     most = v.check_int(max_size, "max_size", max(1, least), 1000)
     connect = connect_kwargs(
-        conninfo, statement_timeout=statement, call_timeout=call, pooler=_check_pooler(pooler), **kwargs
+        conninfo, statement_timeout=statement, call_timeout=call, pooler=check_pooler(pooler), **kwargs
     )
     route_pool_logging()
     # A class of its own, so this pool's last failed attempt is its own (BoundedConnection.last_failure).
@@ -180,19 +141,6 @@ def make_pool(
         conninfo, min_size=least, max_size=most, timeout=timeout, kwargs=connect, open=True, name="jobcore",
         connection_class=connection_class,
     )
-
-
-_URL_OPTIONS: dict[str, Callable[[str], Any]] = {
-    "schema": str,
-    "auto_migrate": lambda s: s.lower() in ("1", "true", "yes", "on"),
-    "statement_timeout": lambda s: float(s) / 1000,  # milliseconds, as PostgreSQL writes it
-    "call_timeout": lambda s: float(s) / 1000,  # milliseconds, like statement_timeout
-    "pool_min": int,
-    "pool_max": int,
-    "default_max_attempts": int,
-    "pooler": str,
-    "listen_url": str,
-}
 
 
 class PostgresDriver(FrontDoor):
@@ -232,9 +180,7 @@ class PostgresDriver(FrontDoor):
         statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT,
         pool_min: int = 1, pool_max: int = 10, pooler: str = "auto", listen_url: str | None = None,
     ) -> None:
-        self.schema = v.check_name(schema, "schema")
-        if len(self.schema.encode()) > 63:
-            raise OptionInvalid(f"schema name {schema!r:.80} is longer than 63 bytes", "use a shorter schema name")
+        self.schema = check_schema(schema)
         self._injected = clock
         """The clock standing in for the store's, or None: the statements read the store's."""
         self.clock: Clock = clock if clock is not None else StoreClock(self._read_store_time)
@@ -242,9 +188,9 @@ class PostgresDriver(FrontDoor):
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._insert = jobs.insert  # the schedules' fire enqueues inside its own transaction
         self.auto_migrate = bool(auto_migrate)
-        statement, call = _timeouts(statement_timeout, call_timeout)
+        statement, call = timeouts(statement_timeout, call_timeout)
         self.call_timeout = None if call is None else call.total_seconds()
-        self.pooler = _check_pooler(pooler)
+        self.pooler = check_pooler(pooler)
         self.listen_url = check_listen_url(listen_url)
         self._pooled: bool | None = {"auto": None, "transaction": True, "none": False}[self.pooler]
         self._pool: ConnectionPool[Any] | Pool
@@ -286,54 +232,19 @@ class PostgresDriver(FrontDoor):
         unchanged. ``pooler`` and ``listen_url`` (URL-encoded) may be given there too.
         Keyword ``options`` win over the URL.
         """
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:  # e.g. an unbalanced "[" in the host
-            raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid URL ({redact(exc)})") from None
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
-        taken: dict[str, Any] = {}
-        rest = []
-        for name, value in parse_qsl(parts.query, keep_blank_values=True):
-            if name in _URL_OPTIONS:
-                try:
-                    taken[name] = _URL_OPTIONS[name](value)
-                except ValueError:
-                    raise UrlInvalid(f"URL option {name}={redact(value)!r:.40} is not valid") from None
-            else:
-                rest.append((name, value))
-        conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        conninfo, taken = split_url(url)
         return cls(conninfo, **{**taken, **options})
 
     @property
     def url(self) -> str:
         """A ``postgresql://`` URL reaching this driver's store (its schema included), for
         ``jobcore.connect`` in another process (the CLI, a worker)."""
-        conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
-        if conninfo.startswith(("postgresql://", "postgres://")):
-            parts = urlsplit(conninfo)
-            query = [(k, val) for k, val in parse_qsl(parts.query, keep_blank_values=True) if k not in self._own]
-            return urlunsplit(parts._replace(query=urlencode([*query, *self._own.items()])))
-        params = {k: val for k, val in conninfo_to_dict(conninfo).items() if val is not None}
-        user = quote(str(params.pop("user", "")), safe="")
-        password = quote(str(params.pop("password", "")), safe="")
-        host = str(params.pop("host", ""))
-        port = params.pop("port", None)
-        dbname = quote(str(params.pop("dbname", "")), safe="")
-        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        netloc = f"{auth}{host}{f':{port}' if port else ''}"
-        options = urlencode([*((k, str(val)) for k, val in params.items()), *self._own.items()])
-        return f"postgresql://{netloc}/{dbname}?{options}"
+        return store_url(self._pool.conninfo, self._own)
 
     @property
     def _own(self) -> dict[str, str]:
         """The jobcore options :attr:`url` carries: the schema, and how to reach the server past a pooler."""
-        own = {"schema": self.schema}
-        if self.pooler != "auto":
-            own["pooler"] = self.pooler
-        if self.listen_url is not None:
-            own["listen_url"] = self.listen_url
-        return own
+        return own_options(self.schema, self.pooler, self.listen_url)
 
     def _behind_pooler(self) -> bool:
         """Whether a transaction pooler sits in between: configured, else as the first

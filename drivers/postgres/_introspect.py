@@ -1,3 +1,4 @@
+# Generated from _introspect_async.py by tools/unasync.py: edit that file, then run the tool.
 """Operator reads and verbs (rules O, C10, R01) and fleet leases (rules K) on PostgreSQL.
 
 :class:`PostgresIntrospect` is the driver's :class:`~jobcore.door.IntrospectBackend`:

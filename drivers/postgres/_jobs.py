@@ -1,3 +1,4 @@
+# Generated from _jobs_async.py by tools/unasync.py: edit that file, then run the tool.
 """The PostgreSQL driver's :class:`~jobcore.door.JobsBackend`: enqueue, claim and settle, one statement each.
 
 Every argument arrives checked by the front door (:class:`~jobcore.door.FrontDoor`).

@@ -1,3 +1,4 @@
+# Generated from _leases_async.py by tools/unasync.py: edit that file, then run the tool.
 """The PostgreSQL driver's :class:`~jobcore.door.LeasesBackend`: counted slots with expiry (rules K).
 
 One row per held slot in ``{leases}``. ``acquire`` is one transaction: an advisory

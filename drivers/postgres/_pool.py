@@ -65,9 +65,11 @@ __all__ = [
     "check_conninfo",
     "connect_kwargs",
     "describe_target",
+    "probe",
 ]
 
 RV = TypeVar("RV")
+C = TypeVar("C", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
 
 DEFAULT_CALL_TIMEOUT: Final = 10.0
 """Seconds a statement may wait for the server before the driver gives up on it."""
@@ -118,16 +120,38 @@ class Session:
     def apply(self, conn: psycopg.Connection[Any]) -> bool:
         """Set ``conn`` up; answers whether a pooler sits in between (then nothing was set
         and ``conn`` will prepare no statement)."""
-        if self.mode == "transaction":
-            conn.prepare_threshold = None
+        params = self.params(conn)
+        if params is None:
             return True
-        params = {
-            "pid": conn.info.backend_pid, "direct": self.mode == "none",
-            "names": list(self.settings), "values": list(self.settings.values()),
-        }
         with conn.cursor() as cur:
             cur.execute(SESSION, params, prepare=False)
             row = cur.fetchone()
+        return self.pooled(conn, row)
+
+    async def apply_async(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """:meth:`apply` on an async connection."""
+        params = self.params(conn)
+        if params is None:
+            return True
+        async with conn.cursor() as cur:
+            await cur.execute(SESSION, params, prepare=False)
+            row = await cur.fetchone()
+        return self.pooled(conn, row)
+
+    def params(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> dict[str, Any] | None:
+        """The parameters of the one setup statement (``SESSION``), or None when ``conn`` is
+        known to be pooled (then it is set to prepare nothing, and nothing is sent)."""
+        if self.mode == "transaction":
+            conn.prepare_threshold = None
+            return None
+        return {
+            "pid": conn.info.backend_pid, "direct": self.mode == "none",
+            "names": list(self.settings), "values": list(self.settings.values()),
+        }
+
+    @staticmethod
+    def pooled(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], row: Any) -> bool:
+        """Whether the setup statement's answer ``row`` says a pooler is in between (then ``conn`` prepares nothing)."""
         direct = bool(row and row[0])
         if not direct:
             conn.prepare_threshold = None
@@ -228,10 +252,11 @@ class BoundedConnection(psycopg.Connection[Any]):
 
 
 @contextlib.contextmanager
-def bounded(conn: psycopg.Connection[Any], seconds: float | None) -> Iterator[psycopg.Connection[Any]]:
+def bounded(conn: C, seconds: float | None) -> Iterator[C]:
     """``conn`` with its client-side bound set to ``seconds`` for the block (``None``: no
-    bound, for a migration's DDL); a connection of another class is left as it is."""
-    if not isinstance(conn, BoundedConnection):
+    bound, for a migration's DDL); a connection without such a bound (not a
+    :class:`BoundedConnection` or its async twin) is left as it is."""
+    if not hasattr(conn, "call_timeout"):
         yield conn
         return
     bound, conn.call_timeout = conn.call_timeout, seconds
@@ -366,6 +391,19 @@ def alive(conn: psycopg.Connection[Any]) -> bool:
     sent an error or closed it (restart, ``pg_terminate_backend``), so read what is there
     and let libpq tell whether the connection survived.
     """
+    state = probe(conn)
+    if state is None:
+        try:
+            conn.execute("")  # anything else pending (a notice): settle it with one empty query
+        except (psycopg.Error, OSError, ValueError):
+            return False
+        return True
+    return state
+
+
+def probe(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool | None:
+    """:func:`alive`'s look at an idle connection, without a round trip: False (dead), True
+    (alive, nothing pending), None (alive with something pending: settle it with an empty query)."""
     if conn.closed or conn.broken:
         return False
     try:
@@ -374,7 +412,7 @@ def alive(conn: psycopg.Connection[Any]) -> bool:
             conn.pgconn.consume_input()
             if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
                 return False
-            conn.execute("")  # anything else pending (a notice): settle it with one empty query
+            return None
     except (psycopg.Error, OSError, ValueError):
         return False
     return True

@@ -1,3 +1,4 @@
+# Generated from _prune_async.py by tools/unasync.py: edit that file, then run the tool.
 """Retention on PostgreSQL (rules R): ``introspect.prune`` as short, bounded delete batches.
 
 Each batch is one ``DELETE`` statement in its own transaction (autocommit), so its row

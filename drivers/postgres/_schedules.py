@@ -1,3 +1,4 @@
+# Generated from _schedules_async.py by tools/unasync.py: edit that file, then run the tool.
 """The PostgreSQL driver's :class:`~jobcore.door.SchedulesBackend` (rules P).
 
 One row per schedule in ``{schedules}`` (migration 4). ``fire`` is one transaction:

@@ -1,3 +1,4 @@
+# Generated from _schema_async.py by tools/unasync.py: edit that file, then run the tool.
 """jobcore's own PostgreSQL schema: versioned migrations, applied in order, safe to race.
 
 ``MIGRATIONS[n - 1]`` is the list of statements taking a schema from version ``n - 1``

@@ -1,0 +1,133 @@
+"""What both flavours of the PostgreSQL driver decide the same way before any I/O.
+
+The checks of the constructor's arguments (schema, the two time bounds, ``pooler``,
+``listen_url``), the URL's jobcore options (:func:`split_url`) and the URL a driver
+answers for another process (:func:`store_url`): :class:`~jobcore.drivers.postgres.PostgresDriver`
+and :class:`~jobcore.drivers.postgres.AsyncPostgresDriver` call these, so a bad argument
+gets the same coded refusal on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from psycopg.conninfo import conninfo_to_dict
+
+from jobcore import validate as v
+from jobcore.errors import OptionInvalid, UrlInvalid, redact, secrets_of
+
+from ._pool import POOLER_MODES
+
+__all__ = ["check_listen_url", "check_pooler", "check_schema", "own_options", "split_url", "store_url", "timeouts"]
+
+_MS = timedelta(milliseconds=1)
+
+
+def check_schema(schema: object) -> str:
+    """``schema`` checked: a name, at most 63 bytes (PostgreSQL's identifier limit)."""
+    name = v.check_name(schema, "schema")
+    if len(name.encode()) > 63:
+        raise OptionInvalid(f"schema name {schema!r:.80} is longer than 63 bytes", "use a shorter schema name")
+    return name
+
+
+def timeouts(statement_timeout: object, call_timeout: object) -> tuple[timedelta | None, timedelta | None]:
+    """The two bounds, checked: positive finite durations, or None for none."""
+    statement = None if statement_timeout is None else v.check_duration(
+        statement_timeout, "statement_timeout", lo=_MS, positive=True
+    )
+    call = None if call_timeout is None else v.check_duration(call_timeout, "call_timeout", lo=_MS, positive=True)
+    return statement, call
+
+
+def check_pooler(pooler: object) -> str:
+    if not isinstance(pooler, str) or pooler not in POOLER_MODES:
+        raise OptionInvalid(
+            f"pooler={pooler!r:.40} is not one of {', '.join(POOLER_MODES)}",
+            "pass pooler='transaction' behind PgBouncer or a cloud pooler, 'none' for a direct server, "
+            "or leave the default 'auto' (detected on each new connection)",
+        )
+    return pooler
+
+
+def check_listen_url(url: object) -> str | None:
+    """``url`` (the direct server wake-ups LISTEN on) checked to be a ``postgresql://`` URL, or None."""
+    if url is None:
+        return None
+    fix = "pass the URL of the PostgreSQL server itself (not the pooler), e.g. postgresql://user@db-host/app"
+    if not isinstance(url, str):
+        raise UrlInvalid(f"listen_url must be a postgresql:// URL, got {type(url).__name__}", fix)
+    shown = redact(repr(url), secrets_of(url))[:80]
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:
+        raise UrlInvalid(f"listen_url {shown} is not a valid URL ({exc})", fix) from None
+    if scheme not in ("postgresql", "postgres"):
+        raise UrlInvalid(f"listen_url {shown} is not a PostgreSQL URL", fix)
+    return url
+
+
+URL_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "schema": str,
+    "auto_migrate": lambda s: s.lower() in ("1", "true", "yes", "on"),
+    "statement_timeout": lambda s: float(s) / 1000,  # milliseconds, as PostgreSQL writes it
+    "call_timeout": lambda s: float(s) / 1000,  # milliseconds, like statement_timeout
+    "pool_min": int,
+    "pool_max": int,
+    "default_max_attempts": int,
+    "pooler": str,
+    "listen_url": str,
+}
+
+
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """``postgresql://...?schema=...`` split into the conninfo for libpq and jobcore's own options."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unbalanced "[" in the host
+        raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid URL ({redact(exc)})") from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
+    taken: dict[str, Any] = {}
+    rest = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in URL_OPTIONS:
+            try:
+                taken[name] = URL_OPTIONS[name](value)
+            except ValueError:
+                raise UrlInvalid(f"URL option {name}={redact(value)!r:.40} is not valid") from None
+        else:
+            rest.append((name, value))
+    return urlunsplit(parts._replace(query=urlencode(rest))), taken
+
+
+def own_options(schema: str, pooler: str, listen_url: str | None) -> dict[str, str]:
+    """The jobcore options a driver's URL carries: the schema, and how to reach the server past a pooler."""
+    own = {"schema": schema}
+    if pooler != "auto":
+        own["pooler"] = pooler
+    if listen_url is not None:
+        own["listen_url"] = listen_url
+    return own
+
+
+def store_url(conninfo: object, own: Mapping[str, str]) -> str:
+    """A ``postgresql://`` URL for ``conninfo`` (a URL or a keyword/value string) carrying ``own``."""
+    text = conninfo if isinstance(conninfo, str) else ""
+    if text.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(text)
+        query = [(k, val) for k, val in parse_qsl(parts.query, keep_blank_values=True) if k not in own]
+        return urlunsplit(parts._replace(query=urlencode([*query, *own.items()])))
+    params = {k: val for k, val in conninfo_to_dict(text).items() if val is not None}
+    user = quote(str(params.pop("user", "")), safe="")
+    password = quote(str(params.pop("password", "")), safe="")
+    host = str(params.pop("host", ""))
+    port = params.pop("port", None)
+    dbname = quote(str(params.pop("dbname", "")), safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    netloc = f"{auth}{host}{f':{port}' if port else ''}"
+    options = urlencode([*((k, str(val)) for k, val in params.items()), *own.items()])
+    return f"postgresql://{netloc}/{dbname}?{options}"

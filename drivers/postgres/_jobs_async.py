@@ -1,0 +1,316 @@
+"""The PostgreSQL driver's :class:`~jobcore.door.AsyncJobsBackend`: enqueue, claim and settle, one statement each.
+
+Every argument arrives checked by the front door (:class:`~jobcore.door.AsyncFrontDoor`).
+Every statement is declared once in :mod:`._sql`; the driver object holds the plumbing
+(pool, schema check, :meth:`~jobcore.drivers.postgres.AsyncPostgresDriver._fetch`), and every
+time decision is the statement's, on the store's clock (F01).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from jobcore import validate as v
+from jobcore.errors import BackendUnavailable, NotSupported, OptionInvalid
+from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
+
+from ._anotify import AsyncListener  # sync: from ._notify import Listener
+from ._rows import EPOCH, decode_stored, job_from_row, parse_id
+
+if TYPE_CHECKING:
+    from . import AsyncPostgresDriver
+
+__all__ = ["AsyncPostgresJobs"]
+
+Row = tuple[Any, ...]
+_MAX_HOLDER_RETRIES = 5
+_MS = timedelta(milliseconds=1)
+_CAPABILITIES = frozenset({"shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
+
+
+def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
+    """``(id, worker_id, claim_no)`` as the row holds them, or None for a token no row can match."""
+    job_id, worker, claim_no = token.job_id, token.worker_id, v.token_claim_no(token)
+    if claim_no is None:
+        return None
+    ident = parse_id(job_id) if isinstance(job_id, str) else None
+    if ident is None or not isinstance(worker, str):
+        return None
+    return ident, worker, claim_no
+
+
+def _fenced(tokens: Sequence[ClaimToken]) -> tuple[list[tuple[int, str, int]], list[list[int]]]:
+    """The distinct tokens a row can match, as ``(id, worker_id, claim_no)`` items, and for
+    each item the input positions holding that token (a token given twice answers twice)."""
+    items: list[tuple[int, str, int]] = []
+    where: list[list[int]] = []
+    position: dict[tuple[int, str, int], int] = {}
+    for index, token in enumerate(tokens):
+        ident = _token_row(token)
+        if ident is None:
+            continue
+        at = position.get(ident)
+        if at is None:
+            position[ident] = at = len(items)
+            items.append(ident)
+            where.append([])
+        where[at].append(index)
+    return items, where
+
+
+def _inserted(id_: int, new: v.StoreTimedJob, due: tuple[datetime, JobState], now: datetime) -> Job:
+    """The job a keyless insert stored: what was sent (checked, UTC, to the millisecond),
+    its due time and state as the statement decided them on ``now`` (the store's), and its
+    id, with no row to read back."""
+    return Job(
+        id=str(id_), name=new.name, queue=new.queue, payload=decode_stored(new.payload), state=due[1],
+        priority=new.priority, max_attempts=new.max_attempts, run_at=due[0], created_at=now,
+    )
+
+
+def _built(rows: Sequence[Row], news: Sequence[v.StoreTimedJob], now: datetime) -> list[Job]:
+    """The jobs of a keyless insert, from the ids it answered (in input order) and the store's ``now``."""
+    jobs = []
+    shape: tuple[datetime | None, timedelta] | None = None
+    due: tuple[datetime, JobState] = (now, JobState.READY)
+    for row, new in zip(rows, news, strict=True):
+        if shape is None or new.run_at is not shape[0] or new.delay != shape[1]:  # a batch mostly shares one
+            shape, due = (new.run_at, new.delay), new.due(now)
+        jobs.append(_inserted(row[0], new, due, now))
+    return jobs
+
+
+def _store_now(epoch_ms: int) -> datetime:
+    """The store's now as a statement answered it (epoch milliseconds)."""
+    return EPOCH + timedelta(milliseconds=epoch_ms)
+
+
+def _enqueue_items(news: Sequence[v.StoreTimedJob]) -> str:
+    """The ``items`` parameter of the enqueue statements: one JSON array of rows (see ``_sql.ENQUEUE``)."""
+    rows = []
+    stamp: datetime | None = None
+    text: str | None = None
+    for n in news:
+        if n.run_at is not stamp:  # a batch mostly shares one due time: write it once
+            stamp, text = n.run_at, None if n.run_at is None else n.run_at.isoformat()
+        rows.append([n.name, n.queue, n.payload, n.delay // _MS, n.priority, text, n.max_attempts, n.key])
+    return json.dumps(rows)
+
+
+class AsyncPostgresJobs:
+    """Jobs in PostgreSQL (:class:`~jobcore.door.AsyncJobsBackend`), over the driver's pool."""
+
+    connection_type = psycopg.AsyncConnection
+
+    def __init__(self, driver: AsyncPostgresDriver) -> None:
+        self._d = driver
+
+    @property
+    def clock(self) -> Any:
+        return self._d.clock
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this driver offers; ``notify`` unless a transaction pooler is in the way and
+        no ``listen_url`` was given (finding that out may take a connection)."""
+        d = self._d
+        if d.listen_url is not None or not d._behind_pooler():
+            return _CAPABILITIES | {"notify"}
+        return _CAPABILITIES
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    async def insert(self, jobs: Sequence[v.StoreTimedJob], connection: psycopg.AsyncConnection[Any] | None) -> list[Job]:
+        """Insert checked jobs; the store decides their times (F01) and answers its now, from
+        which the keyless forms build each job as the statement stored it."""
+        d, news = self._d, jobs
+        now = d._now()
+        if len(news) == 1 and news[0].key is None:  # the common case: one statement of scalars
+            new = news[0]
+            rows = await d._fetch(d.q.ENQUEUE_ONE, {
+                "name": new.name, "queue": new.queue, "payload": new.payload, "priority": new.priority,
+                "run_at": new.run_at, "delay_ms": new.delay // _MS, "max_attempts": new.max_attempts, "now": now,
+                "channel": d.channel,
+            }, conn=connection)
+            stamp = _store_now(rows[0][2])
+            return [_inserted(rows[0][0], new, new.due(stamp), stamp)]
+        if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
+            first = news[0]
+            shared = (first.name, first.queue, first.priority, first.run_at, first.delay, first.max_attempts)
+            if all((n.name, n.queue, n.priority, n.run_at, n.delay, n.max_attempts) == shared for n in news):
+                # Every item's text is canonical JSON, so joining them makes the JSON array.
+                rows = await d._fetch(d.q.ENQUEUE_UNIFORM, {
+                    "payloads": f"[{','.join([n.payload for n in news])}]", "name": first.name,
+                    "queue": first.queue, "priority": first.priority, "run_at": first.run_at,
+                    "delay_ms": first.delay // _MS, "max_attempts": first.max_attempts, "now": now,
+                    "channel": d.channel,
+                }, conn=connection)
+            else:
+                rows = await d._fetch(d.q.ENQUEUE_MANY, {
+                    "items": _enqueue_items(news), "now": now, "channel": d.channel,
+                }, conn=connection)
+            return _built(rows, news, _store_now(rows[0][1]))
+        answers: dict[int, Job] = {}
+        pending = list(range(len(news)))
+        for _ in range(_MAX_HOLDER_RETRIES):
+            batch = [news[i] for i in pending]
+            rows = await d._fetch(
+                d.q.ENQUEUE, {"items": _enqueue_items(batch), "now": now, "channel": d.channel}, conn=connection
+            )
+            for row in rows:
+                index = pending[row[0] - 1]
+                answers.setdefault(index, job_from_row(row[2:], duplicate=row[1]))
+            missing = [i for i in pending if i not in answers]
+            # A key held by a row another transaction committed after this statement's
+            # snapshot: look the holder up with a fresh snapshot; if it already finished,
+            # the key is free and the next round inserts.
+            for index in missing:
+                found = await d._fetch(d.q.KEY_HOLDER, {"name": news[index].name, "key": news[index].key}, conn=connection)
+                if found:
+                    answers[index] = job_from_row(found[0], duplicate=True)
+            pending = [i for i in missing if i not in answers]
+            if not pending:
+                return [answers[i] for i in range(len(news))]
+        raise BackendUnavailable(
+            "an idempotency key kept changing hands while enqueueing", "retry the enqueue"
+        )
+
+    # -- claim and settle ----------------------------------------------------------------
+
+    async def claim(
+        self, queues: tuple[str, ...], worker_id: str, limit: int, lease: timedelta, *, drop: frozenset[str],
+        start: bool,
+    ) -> ClaimResult:
+        d = self._d
+        rows = await d._fetch(d.q.CLAIM, {
+            "queues": list(queues), "worker": worker_id, "limit": limit, "now": d._now(), "lease_ms": lease // _MS,
+            "drop": sorted(drop), "start": start,
+        }, retry=True)
+        claimed: list[Claimed] = []
+        buried: list[Job] = []
+        for row in rows:
+            job = job_from_row(row[2:])
+            if row[0] == 0:
+                claimed.append(Claimed.positional(job, ClaimToken.positional(job.id, worker_id, job.claim_no)))
+            else:
+                buried.append(job)
+        return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
+
+    async def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
+        fence = _fence(token)
+        if fence is None:
+            return False
+        d = self._d
+        rows = await d._fetch(d.q.HEARTBEAT, {**fence, "now": d._now(), "lease_ms": lease // _MS}, retry=True)
+        return bool(rows)
+
+    async def start(self, tokens: list[ClaimToken]) -> list[bool]:
+        """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
+        d = self._d
+        answers = [False] * len(tokens)
+        items, where = _fenced(tokens)
+        if items:
+            # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
+            for (ordinal,) in await d._fetch(d.q.START, {"items": json.dumps(items), "now": d._now()}, retry=True):
+                for index in where[ordinal - 1]:
+                    answers[index] = True
+        return answers
+
+    async def ack_many(self, items: list[tuple[ClaimToken, str | None]], landed_only: bool) -> list[Any]:
+        d = self._d
+        answers: list[Any] = [False if landed_only else None] * len(items)
+        rows: list[list[Any]] = []  # [id, worker_id, claim_no, result] per distinct live token
+        where: list[int] = []
+        seen: set[tuple[int, str, int]] = set()
+        for index, (token, text) in enumerate(items):
+            ident = _token_row(token)
+            if ident is None:
+                continue
+            if ident in seen:  # the same token twice: the first lands, the second finds it settled
+                continue
+            seen.add(ident)
+            rows.append([ident[0], ident[1], ident[2], text])
+            where.append(index)
+        if not rows:
+            return answers
+        params = {"items": json.dumps(rows), "now": d._now()}
+        if landed_only:
+            for (ordinal,) in await d._fetch(d.q.ACK_MANY_LANDED, params):
+                answers[where[ordinal - 1]] = True
+            return answers
+        for row in await d._fetch(d.q.ACK_MANY, params):
+            answers[where[row[0] - 1]] = job_from_row(row[1:])
+        return answers
+
+    async def nack(
+        self, token: ClaimToken, type_name: str, message: str, retry_at: datetime | None, *,
+        dead_letter: bool, fail: bool, counts_as_attempt: bool, park: bool,
+    ) -> Job | None:
+        fence = _fence(token)
+        if fence is None:
+            return None
+        d = self._d
+        rows = await d._fetch(d.q.NACK, {
+            **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
+            "dead_letter": dead_letter, "type": type_name, "message": message, "now": d._now(),
+            "retry_at": retry_at, "channel": d.channel,
+        })
+        return job_from_row(rows[0]) if rows else None
+
+    # -- wake-ups, schema, lifecycle -------------------------------------------------------
+
+    async def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> AsyncListener:
+        d = self._d
+        pool_kwargs = d._pool.kwargs if isinstance(d._pool.kwargs, dict) else {}
+        conninfo = d._pool.conninfo if isinstance(d._pool.conninfo, str) else ""
+        kwargs = {k: val for k, val in pool_kwargs.items() if k not in ("autocommit", "call_timeout", "session")}
+        if d.listen_url is not None:
+            conninfo = d.listen_url
+        elif await d._pooler_found():  # sync: elif d._behind_pooler():
+            raise NotSupported(
+                "wake-ups (LISTEN) cannot go through a transaction pooler, and no listen_url was given",
+                "pass listen_url=postgresql://... (the server itself) for wake-ups, or let workers poll",
+            )
+        bound = pool_kwargs.get("call_timeout", d.call_timeout)
+        listener = await AsyncListener.start(conninfo, kwargs, d.channel, tuple(queues), callback, call_timeout=bound)  # sync: listener = Listener(conninfo, kwargs, d.channel, tuple(queues), callback, call_timeout=bound)
+        if listener.refused is not None:
+            listener.close()
+            raise OptionInvalid(
+                listener.refused, "give listen_url the PostgreSQL server itself (not the pooler), or let workers poll",
+            )
+        d._listeners.append(listener)
+        return listener
+
+    async def migrate(self, dry_run: bool) -> Migration:
+        """Install or upgrade jobcore's schema; idempotent, safe to run from several processes.
+
+        ``dry_run=True`` only reads: the answer's ``statements`` are the SQL a real run
+        would execute, complete, for a DBA to apply (``jobcore migrate --sql``).
+        """
+        d = self._d
+        done = await d._migrate(dry_run=dry_run)
+        if done.applied:  # a newer store was left alone: the first call checks it can be used
+            d._schema_ok = True
+        return done
+
+    async def close(self) -> None:
+        d = self._d
+        listeners, d._listeners = d._listeners, []
+        for listener in listeners:
+            await listener.aclose()
+        if d._owns_pool and not d._closed:
+            await d._pool.close()
+        d._closed = True
+
+    def __repr__(self) -> str:
+        return f"schema={self._d.schema!r}, clock={self._d.clock!r}"
+
+
+def _fence(token: ClaimToken) -> dict[str, Any] | None:
+    ident = _token_row(token)
+    return None if ident is None else {"id": ident[0], "worker": ident[1], "claim_no": ident[2]}
