@@ -110,6 +110,8 @@ BENCH_ROLE = "bench"  # workers and enqueuers log in as this role; the harness a
 DSN_ENV = "JC_BENCH_DSN"
 LATENCY_ENV = "JC_BENCH_LATENCY_FILE"
 ROLE_ENV = "JC_BENCH_ROLE"
+THREADS_ENV = "JC_BENCH_ASYNC_THREADS"
+"""``1``: jobcore's async producer rows run the sync driver in threads (the stand-in), to compare."""
 
 # Per system: the queue table the barrier locks, the count of finished jobs, the state tally
 # used to verify every job ended done, and how to empty everything between phases.
@@ -568,11 +570,15 @@ async def _async_jobcore(kind: str, producers: int, count: int, size: int) -> di
     try:
         from jobcore.drivers.postgres import AsyncPostgresDriver  # noqa: PLC0415, F401
     except ImportError:
-        driver, flavour = _ThreadedAsyncDriver(url), "threads"
+        native = False
     else:
+        native = os.environ.get(THREADS_ENV) != "1"  # "1": the sync driver in threads, to compare
+    if native:
         from jobcore import connect_async  # noqa: PLC0415
 
         driver, flavour = connect_async(url), "native"
+    else:
+        driver, flavour = _ThreadedAsyncDriver(url), "threads"
     try:
         async def one(i: int) -> None:
             await handle.enqueue_async({"n": i}, driver=driver)
