@@ -513,7 +513,8 @@ async def _async_producers(
     awaits ``many(chunk)`` per ``size`` jobs of its share. Before timing, a warm-up of the same
     kind with every producer at once (the pool opens as many connections as it will use,
     statements get prepared): 20 jobs one at a time, or two batches of 10, per producer (at
-    least 20 in all), numbered negative. Answers the seconds and the warm-up job count.
+    least 20 in all), numbered negative. Answers the seconds, the process's CPU seconds over
+    them (the producer's own cost: the client library and the loop) and the warm-up job count.
     """
     rounds = max(1, -(-20 // producers)) if kind == "single" else 2
 
@@ -536,9 +537,9 @@ async def _async_producers(
             for first in range(share.start, share.stop, size):
                 await many(range(first, min(share.stop, first + size)))
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(produce(share) for share in _shares(count, producers)))
-    return {"seconds": time.perf_counter() - started, "warmup": warmed}
+    return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "warmup": warmed}
 
 
 class _ThreadedAsyncDriver:
@@ -986,9 +987,10 @@ class Harness:
             raise Failure(f"{system}: single enqueue stored {total} jobs, expected {count + 20}")
         return count / seconds
 
-    def async_enqueue(self, system: str, kind: str, producers: int, count: int, size: int) -> float:
+    def async_enqueue(self, system: str, kind: str, producers: int, count: int, size: int) -> tuple[float, float]:
         """``count`` jobs enqueued by ``producers`` coroutines of one loop (one at a time or in
-        batches of ``size``); every job is checked to be stored. Answers jobs/s."""
+        batches of ``size``); every job is checked to be stored. Answers jobs/s and the
+        producer process's CPU microseconds per job."""
         self.empty(system)
         out = self.agent_out(system, f"async-{kind}-{producers}", count, size)
         if out.get("flavour", "native") != "native":
@@ -996,7 +998,7 @@ class Harness:
         total = self.scalar(system, QUEUED_SQL[system])
         if total != count + out["warmup"]:
             raise Failure(f"{system}: async {kind} enqueue stored {total} jobs, expected {count + out['warmup']}")
-        return count / float(out["seconds"])
+        return count / float(out["seconds"]), float(out["cpu"]) * 1e6 / count
 
     def batch_and_drain(self, system: str, count: int, workers: int) -> dict[str, float]:
         self.empty(system)
@@ -1150,8 +1152,9 @@ def run_all(
                             lambda s=system, k=kind, p=producers, c=count, z=size: h.async_enqueue(s, k, p, c, z),
                         )
                         if value is not None:
-                            add(system, f"a_{kind}{producers}", value)
-                            per_run.setdefault((run, system), {})[f"a_{kind}{producers}"] = value
+                            add(system, f"a_{kind}{producers}", value[0])
+                            add(system, f"c_{kind}{producers}", value[1])
+                            per_run.setdefault((run, system), {})[f"a_{kind}{producers}"] = value[0]
         if not sync:
             completed += 1
             continue
@@ -1189,6 +1192,7 @@ def run_all(
         got = samples[system]
         results[system] = {key: _median(got.get(key, [])) for _, key, _ in ROWS if not key.startswith("p")}
         results[system].update({key: _median(got.get(key, [])) for _, key, _ in async_rows()})
+        results[system].update({"c" + key[1:]: _median(got.get("c" + key[1:], [])) for _, key, _ in async_rows()})
         results[system]["p50"] = _percentile(got.get("latency", []), 0.50)
         results[system]["p99"] = _percentile(got.get("latency", []), 0.99)
         results[system]["verified1"] = _median(got.get("verified1", []))
@@ -1213,6 +1217,8 @@ def run_all(
 def _brief(out: Any) -> str:
     if isinstance(out, float):
         return f"{out:,.0f} jobs/s"
+    if isinstance(out, tuple):
+        return f"{out[0]:,.0f} jobs/s, client CPU {out[1]:,.0f} us/job"
     if isinstance(out, list):
         return f"p50 {_percentile(out, 0.5):.1f} ms, p99 {_percentile(out, 0.99):.1f} ms ({len(out)} samples)"
     return (
@@ -1224,7 +1230,7 @@ def _brief(out: Any) -> str:
 def _fmt(value: float | None, key: str) -> str:
     if value is None:
         return "n/a"
-    if key in ("single", "batch", "drain1", "drain4") or key.startswith("a_"):
+    if key in ("single", "batch", "drain1", "drain4") or key.startswith(("a_", "c_")):
         return f"{value:,.0f}"
     if key.startswith("p"):
         return f"{value:.1f}"
@@ -1283,6 +1289,13 @@ def async_table(results: dict[str, dict[str, float | None]], systems: tuple[str,
         best = best_peer(results, key, higher)
         note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
         lines.append("| " + " | ".join([label, *(_fmt(results[s].get(key), key) for s in shown), note]) + " |")
+    for label, key, _ in async_rows(batch):
+        cpu = "c" + key[1:]
+        r = ratio(results, cpu, False)
+        best = best_peer(results, cpu, False)
+        note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
+        cells = [label.replace("(jobs/s)", "(producer CPU us / job)"), *(_fmt(results[s].get(cpu), cpu) for s in shown)]
+        lines.append("| " + " | ".join([*cells, note]) + " |")
     return "\n".join(lines)
 
 
