@@ -1,6 +1,7 @@
 """jobcore against every Python PostgreSQL queue, and against the server's own limit (a script, not a test).
 
     .venv/bin/python bench/peers.py [--jobs N] [--runs R] [--quick] [--no-write] [--systems a,b]
+    .venv/bin/python bench/peers.py --async-producers [--runs R]   # the async producer rows only
 
 The peers: Procrastinate, PGQueuer, oban-py, SAQ (its PostgreSQL queue) and Chancy. The
 "limit" is no queue: the same drains done by a bare loop of batch-claim and batch-ack SQL on
@@ -20,6 +21,10 @@ What it does, in one run:
 3. for each of ``--runs`` rounds, phase by phase, and for each system in an order that
    rotates every round:
 
+   * async producers (unless ``--no-async``): jobcore's ``AsyncPostgresDriver``, Procrastinate
+     and PGQueuer enqueueing from one event loop, one at a time and in batches of 100, by 1
+     producer coroutine and by 50 gathered ones sharing the count (:func:`_async_producers`);
+     jobs/s and the producer process's CPU per job,
    * enqueue one at a time (each system's own enqueue call, one transaction per job),
    * enqueue in batches of 1,000 (this fills the queue for the drain that follows),
    * drain ``--jobs`` already-queued no-op jobs with 1, then 4, worker processes run by each
