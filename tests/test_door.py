@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from jobcore import validate as v
+from jobcore._bridge import SyncBridge
 from jobcore.clock import Clock, ManualClock
-from jobcore.door import FrontDoor, JobsBackend
+from jobcore.door import AsyncFrontDoor, AsyncJobsBackend, FrontDoor, JobsBackend
+from jobcore.door._awaiting import Awaiting
 from jobcore.errors import InvalidInput, NotSupported, OptionInvalid
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
@@ -128,6 +130,24 @@ def test_junk_never_reaches_the_backend(what: str, call: Callable[[FrontDoor], o
     with pytest.raises(InvalidInput):
         call(door)
     assert backend.calls == []
+
+
+
+@pytest.mark.parametrize(("what", "call"), JUNK, ids=[w for w, _ in JUNK])
+def test_junk_never_reaches_the_async_backend_either(what: str, call: Callable[[FrontDoor], object]) -> None:
+    """The async door (the source the sync one is generated from) refuses the same junk with
+    the same codes, before any backend coroutine runs (the call is awaited through the bridge)."""
+    backend = Recording(frozenset({"deferred_start", "ack_landed_only", "transactional_enqueue"}))
+    with pytest.raises(InvalidInput) as sync_refusal:
+        call(FrontDoor(backend))
+    door = SyncBridge(AsyncFrontDoor(cast(AsyncJobsBackend, Awaiting(backend))))
+    try:
+        with pytest.raises(InvalidInput) as async_refusal:
+            call(cast(FrontDoor, door))
+        assert backend.calls == []
+    finally:
+        door.close()
+    assert async_refusal.value.code == sync_refusal.value.code
 
 
 def test_the_backend_receives_checked_values() -> None:

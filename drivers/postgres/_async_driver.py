@@ -258,7 +258,13 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         """A pooled connection that survived its idle time (dead ones are closed and replaced)."""
         for _ in range(64):
             conn = await self._getconn()
-            if await alive_async(conn):
+            try:
+                usable = await alive_async(conn)
+            except BaseException:  # cancelled while settling what was pending: never hand it out
+                discard(conn)
+                await self._putconn(conn)
+                raise
+            if usable:
                 if self._pooled is None:
                     self._pooled = getattr(conn, "pooled", None)
                 return conn

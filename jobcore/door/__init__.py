@@ -15,6 +15,7 @@ is the source, in ``*_async.py``; the sync one is generated from it by
 ``tools/unasync.py``, so a check, a default or a refusal is written once for both.
 """
 
+from jobcore.door._awaiting import Awaiting
 from jobcore.door._common import FinishedRow, Refused, Spacing, chart_since, job_seq, prune_cutoffs
 from jobcore.door._introspect import IntrospectBackend, IntrospectDoor
 from jobcore.door._introspect_async import AsyncIntrospectBackend, AsyncIntrospectDoor
@@ -34,6 +35,7 @@ __all__ = [
     "AsyncLeasesDoor",
     "AsyncSchedulesBackend",
     "AsyncSchedulesDoor",
+    "Awaiting",
     "FinishedRow",
     "FrontDoor",
     "IntrospectBackend",

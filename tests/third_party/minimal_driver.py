@@ -19,12 +19,17 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobcore.clock import Clock, SystemClock, to_millis
 from jobcore.door import (
+    AsyncFrontDoor,
+    AsyncIntrospectDoor,
+    AsyncLeasesDoor,
+    AsyncSchedulesDoor,
+    Awaiting,
     FrontDoor,
     IntrospectDoor,
     LeasesDoor,
@@ -611,6 +616,31 @@ class MinimalDriver(FrontDoor):
         self.introspect = IntrospectDoor(MinimalIntrospect(store))
         self.leases = LeasesDoor(MinimalLeases(store))
         self.schedules = SchedulesDoor(MinimalSchedules(store), default_max_attempts=default_max_attempts)
+
+
+class AsyncMinimalDriver(AsyncFrontDoor):
+    """The async flavour: the same four backends, awaited on the event loop.
+
+    They keep the store in the process and never wait on I/O, so :class:`~jobcore.door.Awaiting`
+    turns each into its async protocol with no thread; a driver over a network store writes
+    async backends instead (see docs/writing-a-driver.md).
+    """
+
+    def __init__(self, *, clock: Clock | None = None, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        store = _Store(clock if clock is not None else SystemClock())
+        super().__init__(Awaiting(MinimalJobs(store)), default_max_attempts=default_max_attempts)  # type: ignore[arg-type]
+        self.introspect = AsyncIntrospectDoor(Awaiting(MinimalIntrospect(store)))  # type: ignore[arg-type]
+        self.leases = AsyncLeasesDoor(Awaiting(MinimalLeases(store)))  # type: ignore[arg-type]
+        self.schedules = AsyncSchedulesDoor(
+            Awaiting(MinimalSchedules(store)), default_max_attempts=default_max_attempts,  # type: ignore[arg-type]
+        )
+
+
+@contextlib.asynccontextmanager
+async def async_driver_factory(clock: Clock | None) -> AsyncIterator[AsyncMinimalDriver]:
+    """The async flavour's factory, for :func:`jobcore._bridge.bridged_factory`."""
+    async with AsyncMinimalDriver(clock=clock) as driver:
+        yield driver
 
 
 @contextlib.contextmanager

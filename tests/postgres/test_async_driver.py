@@ -1,0 +1,257 @@
+"""AsyncPostgresDriver's own I/O plumbing: bounded calls (F07), fresh connections after a
+restart (F06), the same coded refusals as the sync driver, native wake-ups, no I/O in the
+constructor, and a loop that never blocks on a statement.
+
+The rules themselves run in the parity suite (``--jobcore-drivers postgres-async``); these
+tests cover what only the async plumbing decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _pool
+from jobcore.parity.plugin import START
+
+import jobcore
+from jobcore.clock import ManualClock
+from jobcore.errors import BackendTimeout, BackendUnavailable, JobcoreError, OptionInvalid
+from tests.postgres.proxy import Proxy, proxy_to, through
+
+T = TypeVar("T")
+CALL_TIMEOUT = 1.0
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def store(make: Callable[..., Any]) -> Any:
+    """A migrated sync driver in a fresh schema: the independent reader of what was stored."""
+    return make()
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[Proxy]:
+    p = proxy_to(pg_url)
+    yield p
+    p.close()
+
+
+def test_a_stalled_connection_answers_jc_db_timeout_and_is_discarded(store: Any, pg_url: str, proxy: Proxy) -> None:
+    """The proxy stops forwarding: each call answers JC_DB_TIMEOUT after call_timeout (the
+    sync driver's error, cause and fix), and once the path is back the next call works on a
+    fresh connection."""
+    url = through(pg_url, proxy, schema=store.schema, call_timeout=int(CALL_TIMEOUT * 1000))
+    timings: list[float] = []
+    errors: list[JobcoreError] = []
+
+    async def scenario() -> str:
+        async with AsyncPostgresDriver.from_url(url, clock=ManualClock(START), pool_max=2) as driver:
+            await driver.enqueue("warm")
+            async with contextlib.AsyncExitStack() as held:  # two connections open, then idle
+                for _ in range(2):
+                    await held.enter_async_context(driver._connection())
+            proxy.freeze()
+            for call in (lambda: driver.claim(["default"], worker_id="w", lease=30), lambda: driver.enqueue("b")):
+                started = time.monotonic()
+                with pytest.raises(BackendTimeout) as info:
+                    await call()
+                timings.append(time.monotonic() - started)
+                errors.append(info.value)
+            proxy.thaw()
+            fresh = await driver.enqueue("fresh", queue="after")
+            claimed = (await driver.claim(["after"], worker_id="w", lease=30)).claimed
+            assert [c.job.id for c in claimed] == [fresh.id]
+            return fresh.id
+
+    fresh_id = run(scenario())
+    assert all(CALL_TIMEOUT - 0.1 <= t <= CALL_TIMEOUT + 1.0 for t in timings), timings
+    for error in errors:
+        assert error.code == "JC_DB_TIMEOUT"
+        assert "call_timeout=1s" in error.cause
+        assert "discarded" in error.cause
+        assert isinstance(error.__cause__, _pool.CallTimeout)
+    assert store.introspect.get(fresh_id) is not None
+
+
+def test_after_the_server_dropped_every_connection_the_next_call_gets_a_fresh_one(store: Any, pg_url: str) -> None:
+    """pg_terminate_backend on the driver's idle connections (as a restart does): the next
+    call finds them dead at checkout, without a round trip, and answers on a new one (F06)."""
+
+    async def scenario() -> Any:
+        async with AsyncPostgresDriver(pg_url, schema=store.schema, pool_max=3, pool_min=3) as driver:
+            await driver.introspect.stats()
+            async with contextlib.AsyncExitStack() as held:  # three connections open, then idle
+                for _ in range(3):
+                    await held.enter_async_context(driver._connection())
+            pids = [conn.info.backend_pid for conn, _ in driver._pool._idle]  # type: ignore[union-attr]
+            assert len(pids) == 3
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                for pid in pids:
+                    admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            await asyncio.sleep(0.2)
+            return await driver.enqueue("after-restart")
+
+    job = run(scenario())
+    assert store.introspect.get(job.id) == job
+
+
+def test_the_constructor_does_no_io_and_refuses_as_the_sync_driver_does() -> None:
+    """Nothing is opened before the first call (a URL no server answers is fine to build);
+    each bad argument gets the sync driver's code and message."""
+    driver = AsyncPostgresDriver("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+    assert driver._pool._size == 0  # type: ignore[union-attr]
+    with pytest.raises(BackendUnavailable):
+        run(driver.enqueue("x"))
+    run(driver.close())
+    bad: list[dict[str, Any]] = [
+        {"pooler": "bogus"}, {"schema": "s" * 64}, {"call_timeout": -1}, {"pool_max": 0},
+        {"listen_url": "mysql://x"}, {"default_max_attempts": 0},
+    ]
+    for options in bad:
+        with pytest.raises(JobcoreError) as sync_error:
+            PostgresDriver("postgresql://x@127.0.0.1/db", **options)
+        with pytest.raises(JobcoreError) as async_error:
+            AsyncPostgresDriver("postgresql://x@127.0.0.1/db", **options)
+        assert (async_error.value.code, async_error.value.cause) == (sync_error.value.code, sync_error.value.cause)
+    with pytest.raises(OptionInvalid, match="AsyncConnectionPool"):
+        AsyncPostgresDriver(object())  # type: ignore[arg-type]
+
+
+def test_from_url_and_url_round_trip(pg_url: str) -> None:
+    """The URL options are the sync driver's, and ``url`` reaches the same store."""
+    url = f"{pg_url}?schema=jobs_a&call_timeout=1500&pool_max=3&pooler=none"
+    driver = AsyncPostgresDriver.from_url(url)
+    twin = PostgresDriver.from_url(url)
+    connected = jobcore.connect_async(url)
+    try:
+        assert driver.url == twin.url
+        assert (driver.schema, driver.call_timeout, driver.pooler) == ("jobs_a", 1.5, "none")
+        assert isinstance(connected, AsyncPostgresDriver)
+        assert connected.url == twin.url
+    finally:
+        twin.close()
+        run(driver.close())
+        run(connected.close())
+
+
+def test_wake_ups_arrive_on_the_loop_for_committed_writes_only(store: Any, pg_url: str) -> None:
+    """subscribe LISTENs on an AsyncConnection read by a task: the callback runs on the loop's
+    thread, for the subscribed queues, not for a rolled-back enqueue."""
+    heard: list[tuple[str, int]] = []
+
+    async def scenario() -> None:
+        async with AsyncPostgresDriver(pg_url, schema=store.schema) as driver:
+            assert "notify" in driver.capabilities
+            woken = asyncio.Event()
+
+            def callback(queue: str) -> None:
+                heard.append((queue, threading.get_ident()))
+                woken.set()
+
+            sub = await driver.subscribe(["mail"], callback)
+            async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+                await driver.enqueue("x", queue="mail", connection=conn)
+                await conn.rollback()
+            await driver.enqueue("x", queue="other")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(woken.wait(), 0.3)
+            await driver.enqueue("x", queue="mail")
+            await asyncio.wait_for(woken.wait(), 5)
+            sub.close()
+            await asyncio.sleep(0.05)
+            heard_before = len(heard)
+            await driver.enqueue("x", queue="mail")
+            await asyncio.sleep(0.3)
+            assert len(heard) == heard_before  # closed: no more calls
+
+    run(scenario())
+    assert heard == [("mail", threading.get_ident())]
+
+
+def test_statements_never_block_the_loop(store: Any, pg_url: str) -> None:
+    """A 1 ms ticker keeps ticking while 200 coroutines enqueue (issue 18's own check): the
+    longest gap between ticks stays far below the whole run's time."""
+    gaps: list[float] = []
+
+    async def scenario() -> float:
+        async with AsyncPostgresDriver(pg_url, schema=store.schema, pool_max=4) as driver:
+            await driver.enqueue("warm")
+            stop = asyncio.Event()
+
+            async def ticker() -> None:
+                last = time.monotonic()
+                while not stop.is_set():
+                    await asyncio.sleep(0.001)
+                    now = time.monotonic()
+                    gaps.append(now - last)
+                    last = now
+
+            tick = asyncio.create_task(ticker())
+            started = time.monotonic()
+            await asyncio.gather(*(driver.enqueue("job", {"i": i}) for i in range(200)))
+            took = time.monotonic() - started
+            stop.set()
+            await tick
+            return took
+
+    took = run(scenario())
+    assert store.introspect.stats().counts["default"]["ready"] == 201
+    assert len(gaps) >= 3
+    assert max(gaps) < took / 2, (max(gaps), took)
+
+
+def test_a_callers_async_pool_is_used_and_left_open(store: Any, pg_url: str) -> None:
+    """Given a psycopg_pool.AsyncConnectionPool, the driver runs on it and never closes it."""
+    from psycopg_pool import AsyncConnectionPool  # noqa: PLC0415
+
+    async def scenario() -> tuple[Any, bool]:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False)
+        await pool.open()
+        try:
+            async with AsyncPostgresDriver(pool, schema=store.schema) as driver:
+                job = await driver.enqueue("on-your-pool")
+                claimed = (await driver.claim(["default"], worker_id="w", lease=30)).claimed
+                assert [c.job.id for c in claimed] == [job.id]
+                await driver.ack(claimed[0].token, {"ok": True})
+            return job, pool.closed
+        finally:
+            await pool.close()
+
+    job, closed = run(scenario())
+    assert closed is False
+    done = store.introspect.get(job.id)
+    assert done is not None
+    assert done.result == {"ok": True}
+
+
+def test_behind_pgbouncer_without_listen_url_wake_ups_are_refused(request: pytest.FixtureRequest, store: Any) -> None:
+    """Through PgBouncer (transaction mode, detected on the first connection): statements work,
+    ``notify`` leaves the capabilities once a connection found the pooler, and subscribe is
+    refused with the sync driver's code."""
+    from fixtures import pgbouncer as pb  # noqa: PLC0415
+    from jobcore.errors import NotSupported  # noqa: PLC0415
+
+    url = pb.bouncer_url(request.config)
+
+    async def scenario() -> tuple[frozenset[str], str]:
+        async with AsyncPostgresDriver(url, schema=store.schema) as driver:
+            job = await driver.enqueue("through-the-pooler")
+            assert (await driver.introspect.get(job.id)) == job
+            with pytest.raises(NotSupported) as info:
+                await driver.subscribe(["default"], lambda q: None)
+            return driver.capabilities, info.value.code
+
+    capabilities, code = run(scenario())
+    assert "notify" not in capabilities
+    assert "transactional_enqueue" in capabilities
+    assert code == "JC_NOT_SUPPORTED"
