@@ -76,6 +76,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 DOC_START, DOC_END = "<!-- peers:start -->", "<!-- peers:end -->"
+ASYNC_START, ASYNC_END = "<!-- peers-async:start -->", "<!-- peers-async:end -->"
 
 PEER_PINS = (
     "procrastinate==3.10.0",
@@ -1359,11 +1360,39 @@ def async_goals(results: dict[str, dict[str, float | None]], batch: int) -> list
     return out
 
 
+def async_report(
+    h: Harness, data: dict[str, Any], systems: tuple[str, ...], args: argparse.Namespace, elapsed: float, command: str
+) -> str:
+    """The async producer rows as their own docs/benchmarks.md section (between
+    :data:`ASYNC_START` and :data:`ASYNC_END`): how to reproduce, the machine, the versions."""
+    v = versions(h)
+    load = ""
+    with contextlib.suppress(OSError):
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return "\n".join([
+        ASYNC_START,
+        "## Async producers against Procrastinate and PGQueuer (issue 18)",
+        "",
+        "Reproduce with (these rows are also a section of every full run of the script):",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        f"Machine: {machine(h)}. Load average (1, 5, 15 min) when the run ended: {load}.",
+        f"Versions: jobcore {v['jobcore']} (psycopg {v['jobcore-psycopg']}); procrastinate"
+        f" {v.get('procrastinate')} (psycopg {v.get('psycopg')}); pgqueuer {v.get('pgqueuer')}"
+        f" (asyncpg {v.get('asyncpg')}). {data['runs']} run{'s' if data['runs'] != 1 else ''},"
+        f" whole run {elapsed / 60:.1f} minutes.",
+        "",
+        *async_section(h, data, systems, args),
+        ASYNC_END,
+    ])
+
+
 def async_section(h: Harness, data: dict[str, Any], systems: tuple[str, ...], args: argparse.Namespace) -> list[str]:
     """The async producer rows of the report (their table, run by run, the goals, how each runs)."""
     lines = [
-        "### Async producers (asyncio, one event loop)",
-        "",
         f"Each system's asyncio enqueue, from one process: {args.async_jobs:,} jobs one at a time and"
         f" {args.async_batch_jobs:,} jobs in batches of {args.async_batch:,} per row and run, by 1 producer"
         f" coroutine and by {ASYNC_PRODUCERS[-1]} (app-like: {ASYNC_PRODUCERS[-1]} coroutines gathered on one loop,"
@@ -1538,7 +1567,6 @@ def report(
         "",
         *goals(results),
         "",
-        *((*async_section(h, data, systems, args), "") if args.async_on else ()),
         "How each system runs (each worker its own process, started by the system's own CLI with its",
         "defaults; the handler is a no-op):",
         "",
@@ -1586,12 +1614,17 @@ def report(
     return "\n".join(lines)
 
 
-def write_doc(section: str) -> None:
+def write_doc(section: str, start: str = DOC_START, end: str = DOC_END) -> None:
+    """Put ``section`` between ``start`` and ``end`` in docs/benchmarks.md; where they are not
+    yet, the async section goes right after the peers' one, the peers' one before the first heading."""
     text = DOC.read_text()
-    if DOC_START in text and DOC_END in text:
-        head, rest = text.split(DOC_START, 1)
-        tail = rest.split(DOC_END, 1)[1]
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section + tail
+    elif start == ASYNC_START and DOC_END in text:
+        at = text.index(DOC_END) + len(DOC_END)
+        text = text[:at] + "\n\n" + section + text[at:]
     elif "\n## " in text:
         at = text.index("\n## ") + 1
         text = text[:at] + section + "\n\n" + text[at:]
@@ -1636,17 +1669,19 @@ def main() -> None:
     parser.add_argument(
         "--slow-jobs", type=int, default=2000, help="jobs per drain for " + ", ".join(SLOW) + " (default 2,000)"
     )
-    parser.add_argument("--quick", action="store_true", help="small smoke run (~2 minutes); does not write the doc")
+    parser.add_argument("--quick", action="store_true", help="small smoke run (~3 minutes); does not write the doc")
     parser.add_argument(
         "--async-producers", action="store_true",
-        help="only the async producer rows (jobcore, " + ", ".join(ASYNC_PEERS) + "); prints, does not write the doc",
+        help="only the async producer rows (jobcore, " + ", ".join(ASYNC_PEERS) + "); writes their doc section only",
     )
     parser.add_argument("--no-async", action="store_true", help="leave out the async producer rows")
     parser.add_argument(
-        "--async-jobs", type=int, default=None, help="async one-at-a-time jobs per row (2,000; quick 500)"
+        "--async-jobs", type=int, default=None,
+        help="async one-at-a-time jobs per row and run (1,000; --async-producers 2,000; quick 500)",
     )
     parser.add_argument(
-        "--async-batch-jobs", type=int, default=None, help="async batched jobs per row (20,000; quick 5,000)"
+        "--async-batch-jobs", type=int, default=None,
+        help="async batched jobs per row and run (10,000; --async-producers 20,000; quick 5,000)",
     )
     parser.add_argument("--async-batch", type=int, default=ASYNC_BATCH, help=f"async batch size ({ASYNC_BATCH})")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
@@ -1679,8 +1714,9 @@ def main() -> None:
     args.runs = args.runs or (1 if quick else 3)
     args.single = args.single or (300 if quick else 1000)
     args.latency = args.latency or (50 if quick else 100)
-    args.async_jobs = args.async_jobs or (500 if quick else 2000)
-    args.async_batch_jobs = args.async_batch_jobs or (5000 if quick else 20_000)
+    # The full run's async section is kept short (about a minute a run); alone, it measures more.
+    args.async_jobs = args.async_jobs or (500 if quick else 2000 if args.async_producers else 1000)
+    args.async_batch_jobs = args.async_batch_jobs or (5000 if quick else 20_000 if args.async_producers else 10_000)
     args.async_on = not args.no_async
     systems = tuple(s for s in SYSTEMS if s in args.systems.split(","))
     if args.async_producers:
@@ -1697,7 +1733,8 @@ def main() -> None:
     if args.async_producers:  # the drains' figures do not apply
         command = ".venv/bin/python bench/peers.py --async-producers"
         command += "" if args.runs == 3 else f" --runs {args.runs}"
-    if args.async_on and (args.async_jobs, args.async_batch_jobs, args.async_batch) != (2000, 20_000, ASYNC_BATCH):
+    sizes = (2000, 20_000) if args.async_producers else (1000, 10_000)
+    if args.async_on and (args.async_jobs, args.async_batch_jobs, args.async_batch) != (*sizes, ASYNC_BATCH):
         command += f" --async-jobs {args.async_jobs} --async-batch-jobs {args.async_batch_jobs}"
         command += f" --async-batch {args.async_batch}"
     started = time.monotonic()
@@ -1740,23 +1777,24 @@ def main() -> None:
             async_sizes=(args.async_jobs, args.async_batch_jobs, args.async_batch) if args.async_on else None,
         )
         elapsed = time.monotonic() - started
+        asection = async_report(h, data, systems, args, elapsed, command) if args.async_on else None
         if args.async_producers:
-            v = versions(h)
-            print("\n" + "\n".join([
-                "```sh", command, "```", "", f"Machine: {machine(h)}. Load average when the run ended: "
-                + " ".join(Path("/proc/loadavg").read_text().split()[:3]) + ".",
-                f"Versions: jobcore {v['jobcore']} (psycopg {v['jobcore-psycopg']}); procrastinate"
-                f" {v.get('procrastinate')} (psycopg {v.get('psycopg')}); pgqueuer {v.get('pgqueuer')}"
-                f" (asyncpg {v.get('asyncpg')}). {data['runs']} runs; whole run {elapsed / 60:.1f} minutes.",
-                "", *async_section(h, data, systems, args),
-            ]))
+            assert asection is not None
+            print("\n" + asection)
             if data["failures"]:
                 print(f"\n{len(data['failures'])} phase(s) failed; see above")
+            if quick or args.no_write:
+                print("\n(docs/benchmarks.md left alone: --quick or --no-write)")
             else:
+                write_doc(asection, ASYNC_START, ASYNC_END)
+                print(f"\nwrote {DOC.relative_to(ROOT)} (the async section)")
+            if not data["failures"]:
                 shutil.rmtree(workdir, ignore_errors=True)
             return
         section = report(h, data, systems, args, elapsed, command)
         print("\n" + section)
+        if asection is not None:
+            print("\n" + asection)
         if args.baseline:
             print("\n" + against_base(data["results"], args.baseline))
         if data["failures"]:
@@ -1765,6 +1803,8 @@ def main() -> None:
             print("\n(docs/benchmarks.md left alone: --quick or --no-write)")
         else:
             write_doc(section)
+            if asection is not None:
+                write_doc(asection, ASYNC_START, ASYNC_END)
             print(f"\nwrote {DOC.relative_to(ROOT)}")
         print(f"total {elapsed:.0f}s")
         if not data["failures"]:
