@@ -993,18 +993,30 @@ class Harness:
             raise Failure(f"{system}: single enqueue stored {total} jobs, expected {count + 20}")
         return count / seconds
 
-    def async_enqueue(self, system: str, kind: str, producers: int, count: int, size: int) -> tuple[float, float]:
+    def async_enqueue(
+        self, system: str, kind: str, producers: int, count: int, size: int
+    ) -> tuple[float, float, float]:
         """``count`` jobs enqueued by ``producers`` coroutines of one loop (one at a time or in
-        batches of ``size``); every job is checked to be stored. Answers jobs/s and the
-        producer process's CPU microseconds per job."""
+        batches of ``size``); every job is checked to be stored. Answers jobs/s, the producer
+        process's CPU microseconds per job, and the server's statement time in microseconds
+        per stored job (``pg_stat_statements``' execution time of everything the agent sent,
+        its warm-up and setup included)."""
         self.empty(system)
+        self.admin.execute("SELECT pg_stat_statements_reset()")
         out = self.agent_out(system, f"async-{kind}-{producers}", count, size)
         if out.get("flavour", "native") != "native":
             self.stand_ins.add(system)
         total = self.scalar(system, QUEUED_SQL[system])
         if total != count + out["warmup"]:
             raise Failure(f"{system}: async {kind} enqueue stored {total} jobs, expected {count + out['warmup']}")
-        return count / float(out["seconds"]), float(out["cpu"]) * 1e6 / count
+        row = self.admin.execute(
+            "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements"
+            " WHERE userid = (SELECT oid FROM pg_roles WHERE rolname = %s)"
+            " AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
+            (BENCH_ROLE, f"bench_{system}"),
+        ).fetchone()
+        server = float(row[0]) * 1000 / total if row else 0.0  # warm-up and setup included
+        return count / float(out["seconds"]), float(out["cpu"]) * 1e6 / count, server
 
     def batch_and_drain(self, system: str, count: int, workers: int) -> dict[str, float]:
         self.empty(system)
@@ -1160,6 +1172,7 @@ def run_all(
                         if value is not None:
                             add(system, f"a_{kind}{producers}", value[0])
                             add(system, f"c_{kind}{producers}", value[1])
+                            add(system, f"s_{kind}{producers}", value[2])
                             per_run.setdefault((run, system), {})[f"a_{kind}{producers}"] = value[0]
         if not sync:
             completed += 1
@@ -1198,7 +1211,8 @@ def run_all(
         got = samples[system]
         results[system] = {key: _median(got.get(key, [])) for _, key, _ in ROWS if not key.startswith("p")}
         results[system].update({key: _median(got.get(key, [])) for _, key, _ in async_rows()})
-        results[system].update({"c" + key[1:]: _median(got.get("c" + key[1:], [])) for _, key, _ in async_rows()})
+        for prefix in "cs":
+            results[system].update({prefix + k[1:]: _median(got.get(prefix + k[1:], [])) for _, k, _ in async_rows()})
         results[system]["p50"] = _percentile(got.get("latency", []), 0.50)
         results[system]["p99"] = _percentile(got.get("latency", []), 0.99)
         results[system]["verified1"] = _median(got.get("verified1", []))
@@ -1224,7 +1238,7 @@ def _brief(out: Any) -> str:
     if isinstance(out, float):
         return f"{out:,.0f} jobs/s"
     if isinstance(out, tuple):
-        return f"{out[0]:,.0f} jobs/s, client CPU {out[1]:,.0f} us/job"
+        return f"{out[0]:,.0f} jobs/s, client CPU {out[1]:,.0f} us/job, server statements {out[2]:,.0f} us/job"
     if isinstance(out, list):
         return f"p50 {_percentile(out, 0.5):.1f} ms, p99 {_percentile(out, 0.99):.1f} ms ({len(out)} samples)"
     return (
@@ -1236,7 +1250,7 @@ def _brief(out: Any) -> str:
 def _fmt(value: float | None, key: str) -> str:
     if value is None:
         return "n/a"
-    if key in ("single", "batch", "drain1", "drain4") or key.startswith(("a_", "c_")):
+    if key in ("single", "batch", "drain1", "drain4") or key.startswith(("a_", "c_", "s_")):
         return f"{value:,.0f}"
     if key.startswith("p"):
         return f"{value:.1f}"
@@ -1295,13 +1309,14 @@ def async_table(results: dict[str, dict[str, float | None]], systems: tuple[str,
         best = best_peer(results, key, higher)
         note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
         lines.append("| " + " | ".join([label, *(_fmt(results[s].get(key), key) for s in shown), note]) + " |")
-    for label, key, _ in async_rows(batch):
-        cpu = "c" + key[1:]
-        r = ratio(results, cpu, False)
-        best = best_peer(results, cpu, False)
-        note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
-        cells = [label.replace("(jobs/s)", "(producer CPU us / job)"), *(_fmt(results[s].get(cpu), cpu) for s in shown)]
-        lines.append("| " + " | ".join([*cells, note]) + " |")
+    for prefix, unit in (("c", "(producer CPU us / job)"), ("s", "(server statement time us / job)")):
+        for label, key, _ in async_rows(batch):
+            cost = prefix + key[1:]
+            r = ratio(results, cost, False)
+            best = best_peer(results, cost, False)
+            note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
+            cells = [label.replace("(jobs/s)", unit), *(_fmt(results[s].get(cost), cost) for s in shown)]
+            lines.append("| " + " | ".join([*cells, note]) + " |")
     return "\n".join(lines)
 
 
@@ -1398,7 +1413,10 @@ def async_section(h: Harness, data: dict[str, Any], systems: tuple[str, ...], ar
         f" coroutine and by {ASYNC_PRODUCERS[-1]} (app-like: {ASYNC_PRODUCERS[-1]} coroutines gathered on one loop,"
         " each enqueueing its share through the one client object the application made). Each row starts"
         " with a warm-up of the same kind by every producer at once (pools open their connections,"
-        " statements get prepared); every job is checked to be stored.",
+        " statements get prepared); every job is checked to be stored. Below the throughput rows, each"
+        " system's cost per job on either side: the producer process's CPU time over the timed part,"
+        " and the server's execution time of the statements the producer sent (`pg_stat_statements`,"
+        " warm-up and setup included, divided by the jobs stored); lower is better there.",
         "",
         async_table(data["results"], systems, args.async_batch),
         "",
