@@ -29,6 +29,7 @@ from jobcore.backoff import DEFAULT_BACKOFF, Backoff
 from jobcore.current import get_async_job_driver, get_job_driver
 from jobcore.driver import AsyncJobDriver, Duration, JobDriver
 from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid, ScheduleInvalid
+from jobcore.payloads import check_model, dump_payload, load_payload
 from jobcore.records import ClaimToken, Job, JobSpec
 from jobcore.schedules import Cron, Every, ScheduleDefinition
 
@@ -197,6 +198,9 @@ class JobHandle:
         priority: Default priority for ``enqueue``.
         wants_ctx: The handler declares a ``ctx`` parameter.
         is_async: The handler is a coroutine function.
+        payload_model: The payload's model class (``@job(payload=Order)``), or ``None``:
+            payloads are checked against it at enqueue and handed to the handler as it
+            (:mod:`jobcore.payloads`).
     """
 
     name: str
@@ -212,6 +216,7 @@ class JobHandle:
     priority: int = 0
     wants_ctx: bool = False
     is_async: bool = False
+    payload_model: type | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -233,7 +238,7 @@ class JobHandle:
         options = self._options(
             queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
         )
-        return target.enqueue(self.name, payload, **options)
+        return target.enqueue(self.name, self.stored_payload(payload), **options)
 
     async def enqueue_async(
         self,
@@ -252,7 +257,7 @@ class JobHandle:
         options = self._options(
             queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
         )
-        return await target.enqueue(self.name, payload, **options)
+        return await target.enqueue(self.name, self.stored_payload(payload), **options)
 
     def enqueue_many(
         self,
@@ -288,6 +293,15 @@ class JobHandle:
             payloads, queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts
         ))
 
+    def stored_payload(self, payload: Any) -> Any:
+        """``payload`` as stored: checked against :attr:`payload_model` and in its JSON form,
+        or as given when the job declares no model (``JC_PAYLOAD_INVALID`` before any write)."""
+        return payload if self.payload_model is None else dump_payload(self.payload_model, payload)
+
+    def handler_payload(self, stored: Any) -> Any:
+        """What the handler receives for a stored payload: the model built from it, when declared."""
+        return stored if self.payload_model is None else load_payload(self.payload_model, stored)
+
     def _options(
         self, *, queue: str | None, priority: int | None, run_at: datetime | None, delay: Duration | None,
         max_attempts: int | None, key: str | None = None,
@@ -307,7 +321,7 @@ class JobHandle:
         delay_value = delay.total_seconds() if isinstance(delay, timedelta) else delay
         return [
             JobSpec(
-                name=self.name, payload=payload, queue=queue or self.queue,
+                name=self.name, payload=self.stored_payload(payload), queue=queue or self.queue,
                 priority=self.priority if priority is None else priority, run_at=run_at, delay=delay_value,
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts,
             )
@@ -392,6 +406,8 @@ class Registry:
         job_name = handle.name if handle is not None else job
         if not isinstance(job_name, str):
             raise ScheduleInvalid(f"schedule wants a job handle or name, got {job!r:.60}", "pass the @job function")
+        if handle is not None:
+            payload = handle.stored_payload(payload)  # a declared model checks it now, not at each firing
         definition = ScheduleDefinition(
             name=job_name if name is None else name, trigger=trigger, job=job_name, payload=payload,
             queue=queue if queue is not None else handle.queue if handle is not None else "default",
@@ -454,6 +470,7 @@ def _make_handle(
     concurrency: int | None,
     concurrency_key: Callable[[Any], str] | None,
     priority: int,
+    payload: type | None = None,
 ) -> JobHandle:
     if not callable(fn):
         raise OptionInvalid(f"@job decorates a function, got {fn!r}", "put @job above a def or async def")
@@ -478,6 +495,7 @@ def _make_handle(
         concurrency=concurrency, concurrency_key=concurrency_key,
         priority=v.check_int(priority, "priority", v.PRIORITY_MIN, v.PRIORITY_MAX),
         wants_ctx="ctx" in params, is_async=inspect.iscoroutinefunction(fn),
+        payload_model=None if payload is None else check_model(payload),
     )
 
 
@@ -502,6 +520,7 @@ def job(
     priority: int = 0,
     schedule: Cron | Every | Sequence[Cron | Every] | None = None,
     registry: Registry | None = None,
+    payload: type | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandle]: ...
 
 
@@ -521,6 +540,7 @@ def job(
     priority: int = 0,
     schedule: Cron | Every | Sequence[Cron | Every] | None = None,
     registry: Registry | None = None,
+    payload: type | None = None,
 ) -> Any:
     """Declare a job handler; use as ``@job`` or ``@job(queue=..., ...)``.
 
@@ -541,6 +561,9 @@ def job(
             job, further ones ``NAME#2``, ``NAME#3``... (see :meth:`Registry.schedule`
             for payloads and names of your own).
         registry: Where to register (default :data:`default_registry`).
+        payload: The payload's model: a dataclass, an attrs class or a pydantic model
+            class. ``enqueue`` checks payloads against it (``JC_PAYLOAD_INVALID``, nothing
+            written) and the handler receives the model (:mod:`jobcore.payloads`).
     """
     target = registry if registry is not None else default_registry
     triggers: list[Any] = [] if schedule is None else list(schedule) if isinstance(schedule, Sequence) else [schedule]
@@ -555,11 +578,13 @@ def job(
         handle = _make_handle(
             func, name=name, queue=queue, max_attempts=max_attempts, backoff=backoff, dead_letter=dead_letter,
             terminal=terminal, timeout=timeout, concurrency=concurrency, concurrency_key=concurrency_key,
-            priority=priority,
+            priority=priority, payload=payload,
         )
         # Checked before registering anything, so a refused schedule leaves no half-declared job.
         for i, trigger in enumerate(triggers):
             ScheduleDefinition(name=_schedule_name(handle.name, i), trigger=trigger, job=handle.name)
+        if triggers:
+            handle.stored_payload(None)  # schedule= fires with a None payload: the model must take it
         target.add(handle)
         for i, trigger in enumerate(triggers):
             target.schedule(handle, trigger, name=_schedule_name(handle.name, i))

@@ -33,6 +33,7 @@ invalid declaration is refused when it is made, with ``JC_SCHEDULE_INVALID`` (P0
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -46,6 +47,9 @@ from jobcore import validate as v
 from jobcore.clock import to_millis, utc
 from jobcore.errors import InvalidInput, PayloadInvalid, ScheduleInvalid
 from jobcore.records import JobSpec, ScheduleOutcome
+
+_MAX_SHIFT = timedelta(hours=3)
+"""More than any zone's clock change: how far back an overlap's first pass may lie."""
 
 __all__ = [
     "CATCH_UP_POLICIES",
@@ -219,6 +223,17 @@ def _zone_of(tz: object) -> tuple[str, tzinfo]:
         ) from exc
 
 
+def _real_instants(naive: datetime, zone: tzinfo) -> list[datetime]:
+    """The real instants a zone's clock reads ``naive`` at: two in a fall-back overlap, none
+    in a spring-forward gap, one otherwise (ascending, UTC)."""
+    found = []
+    for fold in (0, 1):
+        real = naive.replace(tzinfo=zone, fold=fold).astimezone(utc)
+        if real.astimezone(zone).replace(tzinfo=None) == naive and real not in found:
+            found.append(real)
+    return sorted(found)
+
+
 def _resolve_local(naive: datetime, zone: tzinfo) -> datetime:
     """The real instant a local wall-clock time fires at: itself, its first pass, or the gap's end."""
     first = naive.replace(tzinfo=zone, fold=0).astimezone(utc)
@@ -298,14 +313,23 @@ class Cron(Trigger):
         instant = to_millis(instant)
         last = instant
         if self._hourly:
-            source: Iterator[datetime] = CronSim(self._fields, instant.astimezone(self._zone))
-            for local in source:
-                occurrence = local.astimezone(utc)
-                if occurrence.astimezone(self._zone).replace(tzinfo=None) != local.replace(tzinfo=None):
-                    continue  # a wall-clock time that does not exist (a midnight gap); real hours still fire
-                if occurrence > last:
-                    last = occurrence
-                    yield occurrence
+            # Every real minute whose local reading matches: each matching wall-clock time
+            # read at its real instants (both passes of a fall-back overlap, none inside a
+            # gap), merged in real-time order. An overlap's second pass may come after later
+            # wall-clock times' first passes, so instants wait in a heap until no later wall
+            # time can precede them (first passes never go backwards).
+            start = instant - _MAX_SHIFT
+            pending: list[datetime] = []
+            for naive in CronSim(self._fields, start.astimezone(self._zone).replace(tzinfo=None)):
+                passes = _real_instants(naive, self._zone)
+                floor = passes[0] if passes else _resolve_local(naive, self._zone)
+                while pending and pending[0] < floor:
+                    occurrence = heapq.heappop(pending)
+                    if occurrence > last:
+                        last = occurrence
+                        yield occurrence
+                for occurrence in passes:
+                    heapq.heappush(pending, occurrence)
             return
         # Wall-clock times: enumerate them naively, then map each to its real instant.
         # The map never goes backwards, so the answers stay ascending; gap times that map

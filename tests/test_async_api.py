@@ -8,7 +8,6 @@ this file checks what sits above the drivers.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -134,35 +133,6 @@ def test_an_async_producer_and_a_sync_twin_share_one_memory_store() -> None:
     with pytest.raises(JobcoreError) as refusal:
         AsyncMemoryDriver(twin=twin, clock=jobcore.SystemClock())
     assert refusal.value.code == "JC_OPTION_INVALID"
-
-
-def test_200_concurrent_enqueues_never_stall_a_1ms_ticker() -> None:
-    """The issue's complaint: 200 coroutines enqueueing blocked a 1 ms ticker for the whole batch."""
-
-    async def main() -> tuple[float, int]:
-        gaps: list[float] = []
-        stop = asyncio.Event()
-
-        async def ticker() -> None:
-            last = time.perf_counter()
-            while not stop.is_set():
-                await asyncio.sleep(0.001)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        async with AsyncMemoryDriver() as driver:
-            tick = asyncio.create_task(ticker())
-            await asyncio.sleep(0.01)
-            await asyncio.gather(*(driver.enqueue("job", {"i": i}) for i in range(200)))
-            stop.set()
-            await tick
-            stats = await driver.introspect.stats()
-        return max(gaps), stats.counts["default"][JobState.READY]
-
-    worst, stored = run(main())
-    assert stored == 200
-    assert worst < 0.05
 
 
 def test_the_bridge_refuses_a_sync_call_from_its_own_loop() -> None:

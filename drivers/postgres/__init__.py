@@ -35,6 +35,12 @@ server-side prepared statement is used (:class:`._pool.Session`); LISTEN cannot 
 through such a pooler, so wake-ups go over ``listen_url`` (a direct connection) when one
 is given, and the ``notify`` capability is dropped (the worker polls) when not.
 
+Async. :class:`AsyncPostgresDriver` (:mod:`._async_driver`) is the same driver for asyncio,
+on psycopg ``AsyncConnection``: the backends (``_jobs``, ``_introspect``, ``_leases``,
+``_schedules``, ``_prune``, ``_schema``) are written once as ``*_async.py`` and the sync
+modules generated from them by ``tools/unasync.py``; the constructor's checks, the schema
+verdict and ``migrate``'s answer are :mod:`._config`'s, shared by both flavours.
+
 Schema. jobcore owns its schema (``jobcore`` by default, configurable): call
 ``driver.migrate()`` (or ``jobcore migrate``) at deploy time. A driver meeting a missing
 or older schema raises ``JC_SCHEMA_OUTDATED`` on first use, unless built with
@@ -61,14 +67,23 @@ from jobcore.errors import (
     BackendAuthFailed,
     BackendUnavailable,
     OptionInvalid,
-    SchemaOutdated,
     UrlInvalid,
 )
 from jobcore.records import Job, Migration
 
 from . import _schema
 from ._async_driver import AsyncPostgresDriver
-from ._config import check_listen_url, check_pooler, check_schema, own_options, split_url, store_url, timeouts
+from ._config import (
+    check_listen_url,
+    check_pooler,
+    check_schema,
+    migration,
+    needs_migration,
+    own_options,
+    split_url,
+    store_url,
+    timeouts,
+)
 from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospect
 from ._jobs import PostgresJobs
@@ -278,19 +293,8 @@ class PostgresDriver(FrontDoor):
         with self._schema_lock:  # a second thread racing here re-checks: harmless, it is read-only
             with translated(self.schema), self._connection() as conn:
                 found = _schema.read_version(conn, self.schema)
-            if found is None or found.version < _schema.LATEST:
-                if not self.auto_migrate:
-                    state = "is not installed" if found is None else f"is at version {found.version}"
-                    raise SchemaOutdated(
-                        f"jobcore's schema {self.schema!r} {state}; this jobcore needs version {_schema.LATEST}"
-                    )
+            if needs_migration(found, self.schema, self.auto_migrate):
                 self._migrate(dry_run=False)
-            elif found.compatible_from > _schema.LATEST:
-                raise SchemaOutdated(
-                    f"schema {self.schema!r} is at version {found.version}, newer than this jobcore's"
-                    f" {_schema.LATEST}, and needs a jobcore of schema {found.compatible_from} or later",
-                    "upgrade jobcore in this process",
-                )
             self._schema_ok = True
 
     def _fetch(
@@ -418,13 +422,7 @@ class PostgresDriver(FrontDoor):
         with translated(self.schema), self._connection() as conn, bounded(conn, None):
             run = _schema.plan if dry_run else _schema.migrate
             before, statements = run(conn, self.schema)
-        if before is not None and before > _schema.LATEST:
-            return Migration(before=before, after=before, latest=_schema.LATEST, applied=False, language="sql")
-        after = _schema.LATEST if statements else before
-        return Migration(
-            before=before, after=after, latest=_schema.LATEST, statements=tuple(statements), applied=not dry_run,
-            language="sql",
-        )
+        return migration(before, statements, dry_run=dry_run)
 
     def __repr__(self) -> str:
         return f"PostgresDriver(schema={self.schema!r}, clock={self.clock!r})"

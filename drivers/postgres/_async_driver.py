@@ -28,13 +28,23 @@ from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.door import AsyncFrontDoor, AsyncIntrospectDoor, AsyncLeasesDoor, AsyncSchedulesDoor
 from jobcore.driver import Duration
-from jobcore.errors import BackendUnavailable, OptionInvalid, SchemaOutdated
+from jobcore.errors import BackendUnavailable, OptionInvalid
 from jobcore.records import Job, Migration
 
-from . import _schema, _schema_async
+from . import _schema_async
 from ._anotify import AsyncListener
 from ._apool import AsyncPool, alive_async, discard
-from ._config import check_listen_url, check_pooler, check_schema, own_options, split_url, store_url, timeouts
+from ._config import (
+    check_listen_url,
+    check_pooler,
+    check_schema,
+    migration,
+    needs_migration,
+    own_options,
+    split_url,
+    store_url,
+    timeouts,
+)
 from ._errors import origin, translate, translated
 from ._introspect_async import AsyncPostgresIntrospect
 from ._jobs_async import AsyncPostgresJobs
@@ -92,9 +102,9 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     ``AsyncSession``/``AsyncConnection``, pass its driver connection: see docs/reference/async.md).
 
     ``driver.clock`` (without an injected clock) is a :class:`~jobcore.clock.StoreClock` whose
-    reading, renewed every 30 s, is one round trip on a short-lived sync connection: it
-    blocks the loop for that round trip (bounded by 2 s). The verbs never read it: their
-    time decisions are the statements' (F01).
+    reading, renewed every 30 s, is one round trip on a short-lived sync connection: read on
+    the loop, it blocks the loop for that round trip (connecting and reading each bounded by
+    2 s). The verbs never read it: their time decisions are the statements' (F01).
     """
 
     def __init__(
@@ -188,6 +198,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         kwargs = dict(self._pool.kwargs) if isinstance(self._pool.kwargs, dict) else {}
         kwargs.pop("session", None)
         kwargs["call_timeout"] = limit
+        kwargs["connect_timeout"] = 2  # libpq's least: a server away stalls the reading 2 s at most
         kwargs.setdefault("autocommit", True)
         conninfo = self._pool.conninfo if isinstance(self._pool.conninfo, str) else ""
         with translated(self.schema), BoundedConnection.connect(conninfo, **kwargs) as conn:
@@ -205,19 +216,8 @@ class AsyncPostgresDriver(AsyncFrontDoor):
             with translated(self.schema):
                 async with self._connection() as conn:
                     found = await _schema_async.read_version(conn, self.schema)
-            if found is None or found.version < _schema.LATEST:
-                if not self.auto_migrate:
-                    state = "is not installed" if found is None else f"is at version {found.version}"
-                    raise SchemaOutdated(
-                        f"jobcore's schema {self.schema!r} {state}; this jobcore needs version {_schema.LATEST}"
-                    )
+            if needs_migration(found, self.schema, self.auto_migrate):
                 await self._migrate(dry_run=False)
-            elif found.compatible_from > _schema.LATEST:
-                raise SchemaOutdated(
-                    f"schema {self.schema!r} is at version {found.version}, newer than this jobcore's"
-                    f" {_schema.LATEST}, and needs a jobcore of schema {found.compatible_from} or later",
-                    "upgrade jobcore in this process",
-                )
             self._schema_ok = True
 
     async def _fetch(
@@ -343,13 +343,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
                 with bounded(conn, None):
                     run = _schema_async.plan if dry_run else _schema_async.migrate
                     before, statements = await run(conn, self.schema)
-        if before is not None and before > _schema.LATEST:
-            return Migration(before=before, after=before, latest=_schema.LATEST, applied=False, language="sql")
-        after = _schema.LATEST if statements else before
-        return Migration(
-            before=before, after=after, latest=_schema.LATEST, statements=tuple(statements), applied=not dry_run,
-            language="sql",
-        )
+        return migration(before, statements, dry_run=dry_run)
 
     def __repr__(self) -> str:
         return f"AsyncPostgresDriver(schema={self.schema!r}, clock={self.clock!r})"

@@ -1,10 +1,12 @@
-"""What both flavours of the PostgreSQL driver decide the same way before any I/O.
+"""What both flavours of the PostgreSQL driver decide the same way, apart from their I/O.
 
 The checks of the constructor's arguments (schema, the two time bounds, ``pooler``,
-``listen_url``), the URL's jobcore options (:func:`split_url`) and the URL a driver
-answers for another process (:func:`store_url`): :class:`~jobcore.drivers.postgres.PostgresDriver`
-and :class:`~jobcore.drivers.postgres.AsyncPostgresDriver` call these, so a bad argument
-gets the same coded refusal on both.
+``listen_url``), the URL's jobcore options (:func:`split_url`), the URL a driver
+answers for another process (:func:`store_url`), what to do with the store's schema
+version (:func:`needs_migration`) and the answer of ``migrate`` (:func:`migration`).
+:class:`~jobcore.drivers.postgres.PostgresDriver` and
+:class:`~jobcore.drivers.postgres.AsyncPostgresDriver` call these, so a bad argument or an
+outdated schema gets the same coded refusal on both.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 from psycopg.conninfo import conninfo_to_dict
 
 from jobcore import validate as v
-from jobcore.errors import OptionInvalid, UrlInvalid, redact, secrets_of
+from jobcore.errors import OptionInvalid, SchemaOutdated, UrlInvalid, redact, secrets_of
+from jobcore.records import Migration
 
+from . import _schema
 from ._pool import POOLER_MODES
 
-__all__ = ["check_listen_url", "check_pooler", "check_schema", "own_options", "split_url", "store_url", "timeouts"]
+__all__ = [
+    "check_listen_url", "check_pooler", "check_schema", "migration", "needs_migration", "own_options", "split_url",
+    "store_url", "timeouts",
+]
 
 _MS = timedelta(milliseconds=1)
 
@@ -131,3 +138,34 @@ def store_url(conninfo: object, own: Mapping[str, str]) -> str:
     netloc = f"{auth}{host}{f':{port}' if port else ''}"
     options = urlencode([*((k, str(val)) for k, val in params.items()), *own.items()])
     return f"postgresql://{netloc}/{dbname}?{options}"
+
+
+def needs_migration(found: Any, schema: str, auto_migrate: bool) -> bool:
+    """What a driver does with the store's schema version ``found`` (a ``StoreVersion`` or
+    None) on first use: True to migrate it now (``auto_migrate``), False to go on; a missing,
+    older (without ``auto_migrate``) or incompatible newer schema raises ``JC_SCHEMA_OUTDATED``."""
+    if found is None or found.version < _schema.LATEST:
+        if not auto_migrate:
+            state = "is not installed" if found is None else f"is at version {found.version}"
+            raise SchemaOutdated(
+                f"jobcore's schema {schema!r} {state}; this jobcore needs version {_schema.LATEST}"
+            )
+        return True
+    if found.compatible_from > _schema.LATEST:
+        raise SchemaOutdated(
+            f"schema {schema!r} is at version {found.version}, newer than this jobcore's"
+            f" {_schema.LATEST}, and needs a jobcore of schema {found.compatible_from} or later",
+            "upgrade jobcore in this process",
+        )
+    return False
+
+
+def migration(before: int | None, statements: list[str], *, dry_run: bool) -> Migration:
+    """The answer of ``migrate`` from the version found before and the statements run (or planned)."""
+    if before is not None and before > _schema.LATEST:
+        return Migration(before=before, after=before, latest=_schema.LATEST, applied=False, language="sql")
+    after = _schema.LATEST if statements else before
+    return Migration(
+        before=before, after=after, latest=_schema.LATEST, statements=tuple(statements), applied=not dry_run,
+        language="sql",
+    )

@@ -10,15 +10,15 @@ import importlib
 import importlib.util
 import logging
 import os
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any
 
+from jobcore._signals import on_stop_signals
 from jobcore.errors import ConfigurationError
 
 __all__ = [
@@ -170,19 +170,3 @@ def logging_to_stderr(level: str) -> Iterator[None]:
         logging.getLogger().setLevel(previous)
 
 
-def on_stop_signals(handler: Callable[[signal.Signals], None]) -> Callable[[], None]:
-    """Call ``handler`` on each SIGINT and SIGTERM; answers an undo function that puts the previous
-    handlers back. Off the main thread (where Python cannot take signals) it installs nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        handler(signal.Signals(signum))
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -30,7 +29,7 @@ from jobcore.current import set_job_driver
 from jobcore.errors import ClaimQueuesEmpty, ConfigurationError
 from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
-from jobcore.worker import DEFAULT_RETENTION, Worker
+from jobcore.worker import DEFAULT_RETENTION, TRACEBACKS, Worker
 
 __all__ = ["WORKER_CONNECTIONS", "connection_budget", "register", "run_worker"]
 
@@ -80,6 +79,14 @@ def register(subparsers: Any) -> None:
         help="do not fire periodic schedules from this worker (default: a scheduler thread runs; see `scheduler`)",
     )
     parser.add_argument("--worker-id", default=None, help="worker id in claims (default host:pid:random)")
+    parser.add_argument(
+        "--tracebacks", choices=TRACEBACKS, default="final",
+        help="when a failed attempt's traceback is logged: final (only when no retry is left; default), always, never",
+    )
+    parser.add_argument(
+        "--summary-interval", type=float, default=60.0,
+        help="seconds between one-line summaries of what the worker did (default 60; 0: none)",
+    )
     parser.add_argument(
         "--metrics-port", type=int, default=None,
         help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
@@ -157,7 +164,8 @@ def _run_worker(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout, worker_id=args.worker_id,
                 rescue_interval=args.rescue_interval or None,
                 retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
-                scheduler=not args.no_scheduler,
+                scheduler=not args.no_scheduler, tracebacks=args.tracebacks,
+                summary_interval=args.summary_interval or None,
             )
             metrics = None
             if args.metrics_port is not None:
@@ -166,7 +174,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 metrics = start_metrics_server(args.metrics_port, driver=driver)
                 worker.log.info("serving metrics on port %d at /metrics", metrics.port)
             previous = set_job_driver(driver)
-            restore = _install_signal_handlers(worker)
+            restore = worker.stop_on_signals()
             try:
                 if early:  # asked to stop while connecting or migrating: the worker never starts
                     worker.log.warning("%s received while starting: the worker does not start", early[0].name)
@@ -180,19 +188,3 @@ def _run_worker(args: argparse.Namespace) -> int:
     finally:
         restore_early()
     return 0
-
-
-def _install_signal_handlers(worker: Worker) -> Callable[[], None]:
-    """SIGTERM/SIGINT drain the worker; a second one abandons in-flight jobs. Answers an undo function."""
-    received: list[signal.Signals] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig)
-        if len(received) == 1:
-            worker.log.warning("%s received: draining (send it again to stop at once)", sig.name)
-            worker.request_stop()
-        else:
-            worker.log.warning("%s received again: abandoning in-flight jobs", sig.name)
-            worker.request_stop(drain_timeout=0)
-
-    return on_stop_signals(on_signal)

@@ -51,6 +51,7 @@ import contextlib
 import logging
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -61,6 +62,7 @@ from datetime import datetime
 from typing import Any
 
 from jobcore import validate as v
+from jobcore._signals import defaults_in_place, on_stop_signals
 from jobcore.clock import monotonic_of, to_millis
 from jobcore.current import get_job_driver
 from jobcore.driver import Duration, JobDriver, Subscription
@@ -77,13 +79,19 @@ from jobcore.worker._running import Runners
 from jobcore.worker._settling import ON_SETTLED_TRIES as ON_SETTLED_TRIES
 from jobcore.worker._settling import RETRY_CAP, RETRY_FIRST, Settler
 
-__all__ = ["OUTCOMES", "Worker", "call_handler", "handler_error", "retry_policy"]
+__all__ = ["OUTCOMES", "TRACEBACKS", "Worker", "call_handler", "handler_error", "retry_policy"]
 
 S = AttemptStatus
 
 OUTCOMES = ("completed", "failed", "dead_lettered", "dropped", "buried")
 """Endings ``on_settled`` reports: done; failed at once (terminal); dead; failed when
 exhausted with ``dead_letter=False``; lease lapsed on the final attempt (C08)."""
+
+TRACEBACKS = ("final", "always", "never")
+"""``tracebacks=``: log a failed attempt's traceback only when the job will not run again, always, never."""
+
+SUMMARY_COUNTS = ("completed", "retried", "failed", "dead_lettered", "buried", "lost", "timed_out")
+"""What the periodic summary line counts (keys of ``Worker.counts``)."""
 
 LOG_REPEAT = 30.0
 """Seconds between two log records of the same failing call (the first is logged at once)."""
@@ -134,6 +142,11 @@ class Worker:
         prune_interval: Seconds between pruning runs (the first comes one interval in).
         scheduler: Run a :class:`~jobcore.scheduler.Scheduler` thread that declares the
             registry's schedules and fires due occurrences (any number may run at once).
+        tracebacks: When a failed attempt's traceback is logged: ``"final"`` (default: only
+            when the job will not run again, failed or dead-lettered; a retry logs one line
+            with the error), ``"always"`` or ``"never"``.
+        summary_interval: Seconds between one-line INFO summaries of what the worker did
+            (``None``: none).
     """
 
     def __init__(
@@ -157,6 +170,8 @@ class Worker:
         prune_interval: float = DEFAULT_PRUNE_INTERVAL,
         scheduler: bool = True,
         prefetch: int | None = None,
+        tracebacks: str = "final",
+        summary_interval: float | None = 60.0,
     ) -> None:
         names = [q.strip() for q in queues.split(",")] if isinstance(queues, str) else list(queues)
         self.queues = tuple(q for q in names if q)
@@ -193,6 +208,13 @@ class Worker:
         """Running totals: claimed, completed, retried, failed, dead_lettered, dropped,
         buried, lost, timed_out, settle_errors, abandoned, ..."""
         self.log = job_logger(logger, None)
+        if tracebacks not in TRACEBACKS:
+            raise OptionInvalid(
+                f"tracebacks={tracebacks!r} is not one of {', '.join(TRACEBACKS)}",
+                'pass tracebacks="final" (the default), "always" or "never"',
+            )
+        self.tracebacks = tracebacks
+        self.summary_interval = None if summary_interval is None else _seconds(summary_interval, "summary_interval")
         self.prefetch = v.check_int(
             min(max(16 * self.concurrency, 128), v.MAX_CLAIM_BATCH) if prefetch is None else prefetch, "prefetch", 0,
             v.MAX_CLAIM_BATCH,
@@ -251,13 +273,40 @@ class Worker:
         self._thread.start()
         return self
 
-    def run(self) -> None:
-        """Run the claim loop in this thread until stopped, then drain (W04)."""
+    def run(self, *, stop_signals: bool = True) -> None:
+        """Run the claim loop in this thread until stopped, then drain (W04).
+
+        In the main thread, while SIGINT and SIGTERM still have Python's default handlers,
+        the first of them drains the worker and a second abandons in-flight jobs
+        (:meth:`stop_on_signals`); ``stop_signals=False`` leaves signals alone.
+        """
         with self._lock:
             if self._started:
                 raise RuntimeError("this worker was already started; make a new one")
             self._started = True
-        self._run()
+        restore = self.stop_on_signals() if stop_signals and defaults_in_place() else None
+        try:
+            self._run()
+        finally:
+            if restore is not None:
+                restore()
+
+    def stop_on_signals(self) -> Callable[[], None]:
+        """Make SIGTERM/SIGINT drain this worker and a second one abandon in-flight jobs (the
+        main thread only; elsewhere nothing is installed). Answers a function putting the
+        previous handlers back."""
+        received: list[signal.Signals] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            received.append(sig)
+            if len(received) == 1:
+                self.log.warning("%s received: draining (send it again to stop at once)", sig.name)
+                self.request_stop()
+            else:
+                self.log.warning("%s received again: abandoning in-flight jobs", sig.name)
+                self.request_stop(drain_timeout=0)
+
+        return on_stop_signals(on_signal)
 
     def request_stop(self, drain_timeout: float | None = None) -> None:
         """Ask the worker to stop claiming and drain; returns at once (safe in signal handlers).
@@ -351,12 +400,32 @@ class Worker:
                 self._subscription = driver.subscribe(self.queues, self._on_notify)
             except Exception:
                 self.log.exception("could not subscribe to wake-ups; polling every %ss", self.poll_interval)
+        if self.summary_interval is not None:
+            thread = threading.Thread(target=self._summaries, name=f"jobcore-summary-{self.worker_id}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
         self.log.info(
-            "worker %s started on %s (concurrency %d, lease %ss)", self.worker_id, ",".join(self.queues),
-            self.concurrency, self.lease.total_seconds(),
+            "worker %s started on %s (concurrency %d, lease %ss, prefetch %d; driver %r)", self.worker_id,
+            ",".join(self.queues), self.concurrency, self.lease.total_seconds(), self.prefetch, driver,
         )
         if self.scheduler is not None:
             self.scheduler.start()
+
+    def _summaries(self) -> None:
+        """Every ``summary_interval``: one INFO line of what happened since the last one."""
+        interval = self.summary_interval
+        assert interval is not None
+        last = Counter(self.counts)
+        while not self._stopping.wait(interval):
+            now = Counter(self.counts)
+            done = {name: now[name] - last[name] for name in SUMMARY_COUNTS}
+            last = now
+            with self._lock:
+                running, waiting = self._attempts.busy, len(self._attempts.backlog)
+            self.log.info(
+                "worker %s, last %gs: %s; %d running, %d waiting", self.worker_id, interval,
+                ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in done.items()), running, waiting,
+            )
 
     def _on_notify(self, _queue: str) -> None:
         self._wake.set()

@@ -80,7 +80,9 @@ def retry_policy(
     """
     if handle is None:
         return {"retry_at": to_millis(now + DEFAULT_BACKOFF.delay(job.attempt, rng))}
-    if handle.terminal and isinstance(raised, handle.terminal):
+    if (handle.terminal and isinstance(raised, handle.terminal)) or (
+        handle.payload_model is not None and isinstance(raised, PayloadInvalid)
+    ):  # a stored payload that does not make the declared model can never succeed
         return {"fail": True, "dead_letter": handle.dead_letter}
     return {"retry_at": to_millis(now + handle.backoff.delay(job.attempt, rng)), "dead_letter": handle.dead_letter}
 
@@ -101,9 +103,10 @@ def retry_options(
 
 def call_handler(handle: JobHandle, job: Job, ctx: JobContext) -> Any:
     """Call the handler with the payload (and ``ctx=`` when it asks); a coroutine for async ones."""
+    payload = job.payload if handle.payload_model is None else handle.handler_payload(job.payload)
     if handle.wants_ctx:
-        return handle.fn(job.payload, ctx=ctx)
-    return handle.fn(job.payload)
+        return handle.fn(payload, ctx=ctx)
+    return handle.fn(payload)
 
 
 def find_handler(

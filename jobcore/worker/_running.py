@@ -149,11 +149,22 @@ class Runners:
                 w._given_back_at_stop.append((attempt, handler_error(raised)))
             w.request_stop()
             return
-        attempt.log.warning(
-            "job %s (%s) attempt %d failed: %s", job.id, job.name, job.attempt, type(raised).__name__,
-            exc_info=(type(raised), raised, raised.__traceback__),
-        )
-        w._settling.nack(attempt, handler_error(raised), w._retry_options(attempt.handle, job, raised))
+        options = w._retry_options(attempt.handle, job, raised)
+        final = "fail" in options or job.attempt >= job.max_attempts
+        trace = (type(raised), raised, raised.__traceback__)
+        error = handler_error(raised)  # readable whatever the exception's __str__ does (W07)
+        text = _one_line(f"{type(error).__name__}: {error}")
+        if final:
+            attempt.log.error(
+                "job %s (%s) attempt %d of %d failed, no retry left: %s", job.id, job.name, job.attempt,
+                job.max_attempts, text, exc_info=trace if w.tracebacks != "never" else None,
+            )
+        else:
+            attempt.log.warning(
+                "job %s (%s) attempt %d of %d failed, will retry: %s", job.id, job.name, job.attempt,
+                job.max_attempts, text, exc_info=trace if w.tracebacks == "always" else None,
+            )
+        w._settling.nack(attempt, error, options)
 
     def call_off(self, attempt: Attempt, reason: str, *, timed_out: bool = False) -> None:
         """Tell the handler to stop (its context's cancel; an async one's task is cancelled too)."""
@@ -162,3 +173,12 @@ class Runners:
         if task is not None and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(task.cancel)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """``text``'s first line, at most ``limit`` characters: a log line stays one line."""
+    lines = text.splitlines() or [""]
+    first = lines[0]
+    if len(first) > limit or len(lines) > 1:
+        return first[:limit] + " ..."
+    return first

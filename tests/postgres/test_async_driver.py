@@ -255,3 +255,68 @@ def test_behind_pgbouncer_without_listen_url_wake_ups_are_refused(request: pytes
     assert "notify" not in capabilities
     assert "transactional_enqueue" in capabilities
     assert code == "JC_NOT_SUPPORTED"
+
+
+def test_schema_check_and_migrate_as_the_sync_driver(pg_url: str, pool: Any) -> None:
+    """A missing schema: JC_SCHEMA_OUTDATED on first use (nothing created), installed by
+    ``auto_migrate=True`` or ``await driver.migrate()``, whose answer is the sync driver's."""
+    from fixtures import postgres as fx  # noqa: PLC0415
+    from jobcore.errors import SchemaOutdated  # noqa: PLC0415
+
+    names = [fx.schema_name() for _ in range(3)]
+
+    async def scenario() -> tuple[str, Any, Any]:
+        async with AsyncPostgresDriver(pg_url, schema=names[0]) as plain:
+            with pytest.raises(SchemaOutdated) as info:
+                await plain.enqueue("x")
+        async with AsyncPostgresDriver(pg_url, schema=names[1], auto_migrate=True) as auto:
+            job = await auto.enqueue("x")
+        async with AsyncPostgresDriver(pg_url, schema=names[2]) as manual:
+            plan = await manual.migrate(dry_run=True)
+            done = await manual.migrate()
+        return info.value.code, job, (plan, done)
+
+    try:
+        code, job, (plan, done) = run(scenario())
+        assert code == "JC_SCHEMA_OUTDATED"
+        assert PostgresDriver(pool, schema=names[1]).introspect.get(job.id) == job
+        sync_plan = PostgresDriver(pool, schema=fx.schema_name()).migrate(dry_run=True)
+        assert (plan.before, plan.after, plan.applied) == (sync_plan.before, sync_plan.after, False)
+        assert (done.before, done.after, done.applied) == (None, plan.latest, True)
+        with pool.connection() as conn:
+            exists = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", [names[0]]).fetchone()
+        assert exists == (0,)
+    finally:
+        for name in names:
+            fx.drop_schema(pool, name)
+
+
+def test_a_listener_whose_connection_was_dropped_reconnects_and_calls_every_queue(store: Any, pg_url: str) -> None:
+    """The server ends the listening session: the task reconnects on its own, calls the callback
+    once per queue (wake-ups may have been lost meanwhile), and hears the next enqueue."""
+    heard: list[str] = []
+
+    async def wait_for(count: int) -> None:
+        for _ in range(200):
+            if len(heard) >= count:
+                return
+            await asyncio.sleep(0.025)
+        raise AssertionError(f"heard {heard}, wanted {count} calls")
+
+    async def scenario() -> None:
+        async with AsyncPostgresDriver(pg_url, schema=store.schema) as driver:
+            sub = await driver.subscribe(["a", "b"], heard.append)
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = %s",
+                    [f'LISTEN "{driver.channel}"'],
+                ).fetchone()
+            assert killed == (1,)
+            await wait_for(2)
+            assert sorted(heard) == ["a", "b"]
+            await driver.enqueue("x", queue="b")
+            await wait_for(3)
+            assert heard[2] == "b"
+            sub.close()
+
+    run(scenario())

@@ -1,0 +1,137 @@
+"""Logs people can read (issue 20): one line per retried failure, the traceback once, a summary.
+
+A retryable failure logs one WARNING line naming the error; the traceback is logged once,
+with the ERROR line of the attempt after which the job will not run again (failed or
+dead-lettered), unless ``tracebacks=`` says otherwise. Every ``summary_interval`` the
+worker logs one INFO line of what it did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+from jobcore.drivers.memory import MemoryDriver
+
+from jobcore import Registry, Worker
+from jobcore.backoff import Backoff
+from jobcore.errors import JobcoreError
+from jobcore.records import JobState
+
+WORKER_LOGGER = "jobcore.worker"
+
+
+def _run_until(driver: MemoryDriver, registry: Registry, job_id: str, *, tracebacks: str = "final") -> None:
+    worker = Worker(
+        ["default"], driver=driver, registry=registry, poll_interval=0.01, rescue_interval=None,
+        tracebacks=tracebacks, summary_interval=None, seed=1,
+    ).start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            job = driver.introspect.get(job_id)
+            if job is not None and job.state in (JobState.DONE, JobState.DEAD, JobState.FAILED):
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"job {job_id} did not finish")
+    finally:
+        worker.stop(2.0)
+
+
+def _failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING and " failed, " in r.getMessage()]
+
+
+def _registry(fails: int) -> tuple[Registry, Any, list[int]]:
+    registry = Registry()
+    calls: list[int] = []
+
+    @registry.job(name="flaky", max_attempts=3, backoff=Backoff(base=0.001, cap=0.001, jitter=0))
+    def flaky(payload: Any) -> str:
+        calls.append(1)
+        if len(calls) <= fails:
+            raise ValueError(f"upstream said no ({len(calls)})")
+        return "ok"
+
+    return registry, flaky, calls
+
+
+def test_a_retried_failure_logs_one_line_with_the_error_and_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    registry, flaky, calls = _registry(fails=2)
+    driver = MemoryDriver()
+    job = flaky.enqueue({}, driver=driver)
+    with caplog.at_level(logging.INFO):
+        _run_until(driver, registry, job.id)
+    assert len(calls) == 3
+    failures = _failures(caplog)
+    assert [r.levelno for r in failures] == [logging.WARNING, logging.WARNING]
+    assert all(r.exc_info is None for r in failures)
+    assert "ValueError: upstream said no (1)" in failures[0].getMessage()
+    assert "attempt 1 of 3 failed, will retry" in failures[0].getMessage()
+    assert len(failures[0].getMessage().splitlines()) == 1
+
+
+def test_the_traceback_is_logged_once_when_no_retry_is_left(caplog: pytest.LogCaptureFixture) -> None:
+    registry, flaky, calls = _registry(fails=99)
+    driver = MemoryDriver()
+    job = flaky.enqueue({}, driver=driver)
+    with caplog.at_level(logging.INFO):
+        _run_until(driver, registry, job.id)
+    assert len(calls) == 3
+    failures = _failures(caplog)
+    assert [r.levelno for r in failures] == [logging.WARNING, logging.WARNING, logging.ERROR]
+    assert [r.exc_info is not None for r in failures] == [False, False, True]
+    assert "attempt 3 of 3 failed, no retry left: ValueError: upstream said no (3)" in failures[-1].getMessage()
+    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    assert len(tracebacks) == 1
+
+
+@pytest.mark.parametrize(("choice", "expected"), [("always", [True, True, True]), ("never", [False, False, False])])
+def test_tracebacks_can_be_always_or_never(
+    choice: str, expected: list[bool], caplog: pytest.LogCaptureFixture
+) -> None:
+    registry, flaky, _ = _registry(fails=99)
+    driver = MemoryDriver()
+    job = flaky.enqueue({}, driver=driver)
+    with caplog.at_level(logging.INFO):
+        _run_until(driver, registry, job.id, tracebacks=choice)
+    assert [r.exc_info is not None for r in _failures(caplog)] == expected
+
+
+def test_a_bad_tracebacks_choice_is_a_coded_refusal() -> None:
+    with pytest.raises(JobcoreError) as refusal:
+        Worker(["default"], driver=MemoryDriver(), tracebacks="sometimes")
+    assert refusal.value.code == "JC_OPTION_INVALID"
+    assert "final" in str(refusal.value.fix)
+
+
+def test_the_worker_logs_a_banner_and_a_periodic_one_line_summary(caplog: pytest.LogCaptureFixture) -> None:
+    registry = Registry()
+
+    @registry.job(name="quick")
+    def quick(payload: Any) -> None:
+        return None
+
+    driver = MemoryDriver()
+    driver.enqueue_many([{"name": "quick", "payload": i} for i in range(5)])
+    with caplog.at_level(logging.INFO):
+        worker = Worker(
+            ["default"], driver=driver, registry=registry, poll_interval=0.01, rescue_interval=None,
+            summary_interval=0.2, worker_id="w-log",
+        ).start()
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not any("5 completed" in r.getMessage() for r in caplog.records):
+                time.sleep(0.05)
+        finally:
+            worker.stop(2.0)
+    messages = [r.getMessage() for r in caplog.records]
+    banner = next(m for m in messages if "started on" in m)
+    assert "worker w-log started on default (concurrency 4" in banner
+    assert "MemoryDriver" in banner
+    summary = next(m for m in messages if "5 completed" in m)
+    assert summary.startswith("worker w-log, last 0.2s: 5 completed, 0 retried, 0 failed")
+    assert "running" in summary
+    assert len(summary.splitlines()) == 1
