@@ -1438,7 +1438,8 @@ def async_section(h: Harness, data: dict[str, Any], systems: tuple[str, ...], ar
     ]
     if h.stand_ins:
         lines += ["", f"NOT NATIVE: {', '.join(sorted(h.stand_ins))} ran with the sync driver in threads"
-                  " (this tree has no AsyncPostgresDriver): these jobcore figures are not the async driver's."]
+                  " (JC_BENCH_ASYNC_THREADS=1, or this tree has no AsyncPostgresDriver): these jobcore figures are"
+                  " not the async driver's."]
     return lines
 
 

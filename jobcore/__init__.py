@@ -27,6 +27,7 @@ from jobcore.current import (
 )
 from jobcore.driver import AsyncJobDriver, Introspector, JobDriver, LeaseStore, ScheduleStore
 from jobcore.errors import JobcoreError
+from jobcore.rates import RateLimit
 from jobcore.records import (
     FINISHED_STATES,
     LIVE_STATES,
@@ -114,6 +115,7 @@ __all__ = [
     "Migration",
     "Page",
     "PruneResult",
+    "RateLimit",
     "Registry",
     "RescueResult",
     "RetentionPolicy",

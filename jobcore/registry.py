@@ -30,6 +30,7 @@ from jobcore.current import get_async_job_driver, get_job_driver
 from jobcore.driver import AsyncJobDriver, Duration, JobDriver
 from jobcore.errors import JobNotRegistered, JobTimeout, LeaseLost, OptionInvalid, ScheduleInvalid
 from jobcore.payloads import check_model, dump_payload, load_payload
+from jobcore.rates import RateLimit
 from jobcore.records import ClaimToken, Job, JobSpec
 from jobcore.schedules import Cron, Every, ScheduleDefinition
 
@@ -198,6 +199,7 @@ class JobHandle:
         priority: Default priority for ``enqueue``.
         wants_ctx: The handler declares a ``ctx`` parameter.
         is_async: The handler is a coroutine function.
+        rate_limit: At most so many starts per window, fleet-wide (:class:`~jobcore.rates.RateLimit`).
         payload_model: The payload's model class (``@job(payload=Order)``), or ``None``:
             payloads are checked against it at enqueue and handed to the handler as it
             (:mod:`jobcore.payloads`).
@@ -217,6 +219,7 @@ class JobHandle:
     wants_ctx: bool = False
     is_async: bool = False
     payload_model: type | None = None
+    rate_limit: RateLimit | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -471,6 +474,7 @@ def _make_handle(
     concurrency_key: Callable[[Any], str] | None,
     priority: int,
     payload: type | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> JobHandle:
     if not callable(fn):
         raise OptionInvalid(f"@job decorates a function, got {fn!r}", "put @job above a def or async def")
@@ -496,6 +500,15 @@ def _make_handle(
         priority=v.check_int(priority, "priority", v.PRIORITY_MIN, v.PRIORITY_MAX),
         wants_ctx="ctx" in params, is_async=inspect.iscoroutinefunction(fn),
         payload_model=None if payload is None else check_model(payload),
+        rate_limit=_check_rate_limit(rate_limit),
+    )
+
+
+def _check_rate_limit(value: object) -> RateLimit | None:
+    if value is None or isinstance(value, RateLimit):
+        return value
+    raise OptionInvalid(
+        f"rate_limit must be a RateLimit, got {value!r:.60}", "rate_limit=RateLimit(10, per=timedelta(seconds=1))"
     )
 
 
@@ -521,6 +534,7 @@ def job(
     schedule: Cron | Every | Sequence[Cron | Every] | None = None,
     registry: Registry | None = None,
     payload: type | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandle]: ...
 
 
@@ -541,6 +555,7 @@ def job(
     schedule: Cron | Every | Sequence[Cron | Every] | None = None,
     registry: Registry | None = None,
     payload: type | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> Any:
     """Declare a job handler; use as ``@job`` or ``@job(queue=..., ...)``.
 
@@ -564,6 +579,8 @@ def job(
         payload: The payload's model: a dataclass, an attrs class or a pydantic model
             class. ``enqueue`` checks payloads against it (``JC_PAYLOAD_INVALID``, nothing
             written) and the handler receives the model (:mod:`jobcore.payloads`).
+        rate_limit: At most so many starts per window across the fleet, held by the store
+            (:class:`~jobcore.rates.RateLimit`); combines with ``concurrency``.
     """
     target = registry if registry is not None else default_registry
     triggers: list[Any] = [] if schedule is None else list(schedule) if isinstance(schedule, Sequence) else [schedule]
@@ -578,7 +595,7 @@ def job(
         handle = _make_handle(
             func, name=name, queue=queue, max_attempts=max_attempts, backoff=backoff, dead_letter=dead_letter,
             terminal=terminal, timeout=timeout, concurrency=concurrency, concurrency_key=concurrency_key,
-            priority=priority, payload=payload,
+            priority=priority, payload=payload, rate_limit=rate_limit,
         )
         # Checked before registering anything, so a refused schedule leaves no half-declared job.
         for i, trigger in enumerate(triggers):

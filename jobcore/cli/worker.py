@@ -31,7 +31,7 @@ from jobcore.registry import default_registry
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL
 from jobcore.worker import DEFAULT_RETENTION, TRACEBACKS, Worker
 
-__all__ = ["WORKER_CONNECTIONS", "connection_budget", "register", "run_worker"]
+__all__ = ["WORKER_CONNECTIONS", "add_worker_options", "connection_budget", "register", "run_worker"]
 
 def register(subparsers: Any) -> None:
     """Add the ``worker`` sub-command."""
@@ -41,6 +41,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("module", metavar="MODULE", help="dotted module name or path of a .py file declaring jobs")
     add_url_option(parser)
+    add_worker_options(parser)
+    parser.set_defaults(func=run_worker)
+
+
+def add_worker_options(parser: argparse.ArgumentParser) -> None:
+    """The worker's options after MODULE and ``--url``: shared with ``manage.py jobcore_worker``
+    (:mod:`jobcore.contrib.django`), which passes its own driver and imports the jobs itself."""
     parser.add_argument(
         "--queues", default=None,
         help="comma-separated queues (default: those the jobs declare; a value naming no queue is refused)",
@@ -92,7 +99,6 @@ def register(subparsers: Any) -> None:
         help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
     )
     parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
-    parser.set_defaults(func=run_worker)
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -142,10 +148,12 @@ def connection_budget(url: str, connections: object) -> dict[str, int]:
 
 def _run_worker(args: argparse.Namespace) -> int:
     queues_given = _queues_option(args.queues)  # refused before anything is imported or connected
-    import_jobs(args.module)
+    if args.module is not None:  # None: the caller imported the jobs (manage.py jobcore_worker)
+        import_jobs(args.module)
     if not len(default_registry):
         raise ConfigurationError(
-            f"{args.module} declares no jobs", "decorate its handlers with @job, or name the module that does"
+            f"{args.module or 'the imported modules'} declares no jobs",
+            "decorate its handlers with @job, or name the module that does",
         )
     if args.driver is not None and args.connections is not None:
         v.check_int(args.connections, "--connections", 1, 1000)

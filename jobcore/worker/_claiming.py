@@ -483,16 +483,21 @@ class Claimer:
     # -- fleet concurrency slots -----------------------------------------------------
 
     def _take_slot(self, attempt: Attempt, handle: JobHandle) -> bool:
-        """Take the job's fleet concurrency slot; when full, give the attempt back for later."""
-        w = self._w
+        """Take the job's fleet concurrency slot, then a start of its rate limit (T01-T03);
+        when either is full, give the attempt back for later, no attempt spent."""
         try:
             key = handle.concurrency_slot(attempt.job.payload)
+            rate_key = None if handle.rate_limit is None else handle.rate_limit.slot(handle.name, attempt.job.payload)
         except Exception as exc:
-            attempt.log.exception("concurrency_key failed for job %s", attempt.job.id)
+            attempt.log.exception("the concurrency or rate limit key of job %s failed", attempt.job.id)
             self._unstart(attempt, exc, {"fail": True, "dead_letter": handle.dead_letter})
             return False
-        if key is None:
-            return True
+        if key is not None and not self._take_concurrency(attempt, handle, key):
+            return False
+        return rate_key is None or self._take_rate(attempt, handle, rate_key)
+
+    def _take_concurrency(self, attempt: Attempt, handle: JobHandle, key: str) -> bool:
+        w = self._w
         assert handle.concurrency is not None
         holder = f"{w.worker_id}/{attempt.job.id}"[-v.MAX_NAME_LENGTH :]
         try:
@@ -512,6 +517,39 @@ class Claimer:
         if now is not None:
             options["retry_at"] = to_millis(now + delay)
         self._unstart(attempt, error, options)
+        return False
+
+    def _take_rate(self, attempt: Attempt, handle: JobHandle, key: str) -> bool:
+        """One start of the job's rate limit: a slot of ``key`` held for the window and never
+        released (T01). Over the limit, the job is given back due when the earliest slot
+        expires (T02), its concurrency slot freed (T03)."""
+        w = self._w
+        rate = handle.rate_limit
+        assert rate is not None
+        job = attempt.job
+        holder = f"{w.worker_id}/{job.id}/{job.claim_no}"[-v.MAX_NAME_LENGTH :]
+        try:
+            if w.driver.leases.acquire(key, rate.limit, holder, rate.per):
+                return True
+        except Exception:
+            attempt.log.exception("could not take a start of rate limit %s; retrying later", key)
+        w._count("rate_limited", 1)
+        attempt.log.debug("job %s deferred: %s had %d starts in the last %s", job.id, key, rate.limit, rate.per)
+        due = None
+        try:
+            expiries = [slot.expires_at for slot in w.driver.leases.holders(key, v.MAX_PAGE)]
+            if expiries:
+                due = min(expiries)  # a slot counts until its expiry, not at it (K01)
+        except Exception:
+            attempt.log.warning("could not read the slots of %s; retrying the job later", key, exc_info=True)
+        if due is None:
+            now = w._store_now()
+            due = None if now is None else to_millis(now + rate.per * w._rng.uniform(0.05, 0.2))
+        error = error_type("RateLimited")(f"{key} allows {rate.limit} starts per {rate.per.total_seconds():g}s")
+        options: dict[str, Any] = {"counts_as_attempt": False}
+        if due is not None:
+            options["retry_at"] = to_millis(due)
+        self._unstart(attempt, error, options)  # frees the concurrency slot taken first
         return False
 
     def release_slot(self, attempt: Attempt) -> None:
