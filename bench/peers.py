@@ -1,6 +1,7 @@
 """jobcore against every Python PostgreSQL queue, and against the server's own limit (a script, not a test).
 
     .venv/bin/python bench/peers.py [--jobs N] [--runs R] [--quick] [--no-write] [--systems a,b]
+    .venv/bin/python bench/peers.py --async-producers [--runs R]   # the async producer rows only
 
 The peers: Procrastinate, PGQueuer, oban-py, SAQ (its PostgreSQL queue) and Chancy. The
 "limit" is no queue: the same drains done by a bare loop of batch-claim and batch-ack SQL on
@@ -20,6 +21,10 @@ What it does, in one run:
 3. for each of ``--runs`` rounds, phase by phase, and for each system in an order that
    rotates every round:
 
+   * async producers (unless ``--no-async``): jobcore's ``AsyncPostgresDriver``, Procrastinate
+     and PGQueuer enqueueing from one event loop, one at a time and in batches of 100, by 1
+     producer coroutine and by 50 gathered ones sharing the count (:func:`_async_producers`);
+     jobs/s and the producer process's CPU per job,
    * enqueue one at a time (each system's own enqueue call, one transaction per job),
    * enqueue in batches of 1,000 (this fills the queue for the drain that follows),
    * drain ``--jobs`` already-queued no-op jobs with 1, then 4, worker processes run by each
@@ -71,6 +76,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 DOC_START, DOC_END = "<!-- peers:start -->", "<!-- peers:end -->"
+ASYNC_START, ASYNC_END = "<!-- peers-async:start -->", "<!-- peers-async:end -->"
 
 PEER_PINS = (
     "procrastinate==3.10.0",
@@ -110,6 +116,8 @@ BENCH_ROLE = "bench"  # workers and enqueuers log in as this role; the harness a
 DSN_ENV = "JC_BENCH_DSN"
 LATENCY_ENV = "JC_BENCH_LATENCY_FILE"
 ROLE_ENV = "JC_BENCH_ROLE"
+THREADS_ENV = "JC_BENCH_ASYNC_THREADS"
+"""``1``: jobcore's async producer rows run the sync driver in threads (the stand-in), to compare."""
 
 # Per system: the queue table the barrier locks, the count of finished jobs, the state tally
 # used to verify every job ended done, and how to empty everything between phases.
@@ -285,6 +293,11 @@ def __getattr__(name: str) -> Any:
 
 
 def _agent(system: str, action: str, count: int, extra: float) -> dict[str, Any]:
+    if action.startswith("async-"):  # async-single-P / async-batch-P: P concurrent producers on one loop
+        _, kind, producers = action.split("-")
+        async_runner = {"jobcore": _async_jobcore, BASE: _async_jobcore, "procrastinate": _async_procrastinate,
+                        "pgqueuer": _async_pgqueuer}[system]
+        return asyncio.run(async_runner(kind, int(producers), count, int(extra)))
     if system in (*JOBCORES, LIMIT):
         return _agent_jobcore(action, count, extra)
     runner = {
@@ -481,6 +494,152 @@ async def _agent_pgqueuer(action: str, count: int, extra: float) -> dict[str, An
 LATENCY_WARMUP = 3  # jobs the latency agent enqueues (unrecorded) before its samples
 
 
+# -- async producers: P coroutines on one event loop share a count -----------------------------
+
+ASYNC_PEERS = ("procrastinate", "pgqueuer")
+"""The peers with an asyncio producer measured beside jobcore's async driver."""
+ASYNC_PRODUCERS = (1, 50)
+"""One producer, and an app-like 50: 50 coroutines on one loop (say, 50 requests in flight),
+each enqueueing its share, all through one client object (one pool) made as its docs make it."""
+
+
+def _shares(count: int, producers: int) -> list[range]:
+    """``range(count)`` cut into ``producers`` contiguous shares (sizes differing by at most 1)."""
+    cuts = [count * i // producers for i in range(producers + 1)]
+    return [range(cuts[i], cuts[i + 1]) for i in range(producers)]
+
+
+async def _async_producers(
+    kind: str, producers: int, count: int, size: int,
+    one: Callable[[int], Any], many: Callable[[range], Any],
+) -> dict[str, Any]:
+    """Time ``count`` enqueues spread over ``producers`` coroutines gathered on this loop.
+
+    ``kind`` "single": each coroutine awaits ``one(n)`` per job of its share; "batch": it
+    awaits ``many(chunk)`` per ``size`` jobs of its share. Before timing, a warm-up of the same
+    kind with every producer at once (the pool opens as many connections as it will use,
+    statements get prepared): 20 jobs one at a time, or two batches of 10, per producer (at
+    least 20 in all), numbered negative. Answers the seconds, the process's CPU seconds over
+    them (the producer's own cost: the client library and the loop) and the warm-up job count.
+    """
+    rounds = max(1, -(-20 // producers)) if kind == "single" else 2
+
+    async def warm(p: int) -> None:
+        for r in range(rounds):
+            if kind == "single":
+                await one(-1 - (p * rounds + r))
+            else:
+                first = -10 * (p * rounds + r + 1)
+                await many(range(first, first + 10))
+
+    await asyncio.gather(*(warm(p) for p in range(producers)))
+    warmed = producers * rounds * (1 if kind == "single" else 10)
+
+    async def produce(share: range) -> None:
+        if kind == "single":
+            for i in share:
+                await one(i)
+        else:
+            for first in range(share.start, share.stop, size):
+                await many(range(first, min(share.stop, first + size)))
+
+    started, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(produce(share) for share in _shares(count, producers)))
+    return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "warmup": warmed}
+
+
+class _ThreadedAsyncDriver:
+    """Stand-in for jobcore's async PostgreSQL driver where this tree has none: the sync
+    driver's ``enqueue``/``enqueue_many`` run in the loop's default thread pool. Reported as
+    such ("flavour": "threads"); never the figure of a tree that has the native driver."""
+
+    def __init__(self, url: str) -> None:
+        from jobcore import connect  # noqa: PLC0415
+
+        self.sync = connect(url)
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.sync.enqueue, *args, **kwargs)
+
+    async def enqueue_many(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.sync.enqueue_many, *args, **kwargs)
+
+    async def close(self) -> None:
+        self.sync.close()
+
+
+async def _async_jobcore(kind: str, producers: int, count: int, size: int) -> dict[str, Any]:
+    """jobcore's native async driver (``connect_async(url)``: ``AsyncPostgresDriver``, its
+    default pool), through the job handle's ``enqueue_async`` / ``enqueue_many_async``."""
+    handle = _jobcore_handle()
+    url = os.environ[DSN_ENV]
+    driver: Any
+    try:
+        from jobcore.drivers.postgres import AsyncPostgresDriver  # noqa: PLC0415, F401
+    except ImportError:
+        native = False
+    else:
+        native = os.environ.get(THREADS_ENV) != "1"  # "1": the sync driver in threads, to compare
+    if native:
+        from jobcore import connect_async  # noqa: PLC0415
+
+        driver, flavour = connect_async(url), "native"
+    else:
+        driver, flavour = _ThreadedAsyncDriver(url), "threads"
+    try:
+        async def one(i: int) -> None:
+            await handle.enqueue_async({"n": i}, driver=driver)
+
+        async def many(chunk: range) -> None:
+            await handle.enqueue_many_async([{"n": i} for i in chunk], driver=driver)
+
+        out = await _async_producers(kind, producers, count, size, one, many)
+    finally:
+        await driver.close()
+    return {**out, "flavour": flavour}
+
+
+async def _async_procrastinate(kind: str, producers: int, count: int, size: int) -> dict[str, Any]:
+    """Procrastinate's ``defer_async`` / ``batch_defer_async`` on its ``PsycopgConnector``
+    (an ``AsyncConnectionPool`` with psycopg_pool's defaults: 4 connections)."""
+    app = _procrastinate_app()
+    task = app.tasks[JOB_NAME]
+    async with app.open_async():
+        async def one(i: int) -> None:
+            await task.defer_async(n=i)
+
+        async def many(chunk: range) -> None:
+            await task.batch_defer_async(*({"n": i} for i in chunk))
+
+        return await _async_producers(kind, producers, count, size, one, many)
+
+
+async def _async_pgqueuer(kind: str, producers: int, count: int, size: int) -> dict[str, Any]:
+    """PGQueuer's ``Queries.enqueue`` (lists for a batch). One producer: ``AsyncpgDriver`` on
+    one asyncpg connection, as its README sets one up; 50: ``AsyncpgPoolDriver`` on an asyncpg
+    pool with asyncpg's defaults (10 connections), since the one-connection driver runs every
+    query behind a lock."""
+    import asyncpg  # noqa: PLC0415
+    from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver  # noqa: PLC0415
+    from pgqueuer.queries import Queries  # noqa: PLC0415
+
+    dsn = os.environ[DSN_ENV]
+    resource: Any = await (asyncpg.connect(dsn) if producers == 1 else asyncpg.create_pool(dsn))
+    queries = Queries(AsyncpgDriver(resource) if producers == 1 else AsyncpgPoolDriver(resource))
+    try:
+        async def one(i: int) -> None:
+            await queries.enqueue(JOB_NAME, json.dumps({"n": i}).encode(), 0)
+
+        async def many(chunk: range) -> None:
+            await queries.enqueue(
+                [JOB_NAME] * len(chunk), [json.dumps({"n": i}).encode() for i in chunk], [0] * len(chunk)
+            )
+
+        return await _async_producers(kind, producers, count, size, one, many)
+    finally:
+        await resource.close()
+
+
 # -- /proc: CPU seconds of process trees -------------------------------------------------------
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -620,6 +779,7 @@ class Harness:
         self.jobcore_bin = Path(sys.executable).parent / "jobcore"
         self.base_python: str | None = None  # --baseline
         self.oban_python = oban_python
+        self.stand_ins: set[str] = set()  # systems whose async producer was a thread stand-in
 
     # ---- setup ----
 
@@ -694,11 +854,14 @@ class Harness:
         self.conns[system].execute(EMPTY_SQL[system])
 
     def agent(self, system: str, action: str, count: int, extra: float) -> float:
+        return float(self.agent_out(system, action, count, extra)["seconds"])
+
+    def agent_out(self, system: str, action: str, count: int, extra: float) -> dict[str, Any]:
         pythons = {"jobcore": sys.executable, LIMIT: sys.executable, BASE: self.base_python, "oban": self.oban_python}
         python = str(pythons.get(system) or self.venv_python)
         cmd = [python, str(HERE / "peers.py"), "--agent", system, action, str(count), str(extra)]
         out = self._run(cmd, self.env(system, f"agent_{system}"))
-        return float(json.loads(out.strip().splitlines()[-1])["seconds"])
+        return dict(json.loads(out.strip().splitlines()[-1]))
 
     def worker_cmd(self, system: str, app_name: str) -> list[str]:
         if system == "jobcore":
@@ -830,6 +993,31 @@ class Harness:
             raise Failure(f"{system}: single enqueue stored {total} jobs, expected {count + 20}")
         return count / seconds
 
+    def async_enqueue(
+        self, system: str, kind: str, producers: int, count: int, size: int
+    ) -> tuple[float, float, float]:
+        """``count`` jobs enqueued by ``producers`` coroutines of one loop (one at a time or in
+        batches of ``size``); every job is checked to be stored. Answers jobs/s, the producer
+        process's CPU microseconds per job, and the server's statement time in microseconds
+        per stored job (``pg_stat_statements``' execution time of everything the agent sent,
+        its warm-up and setup included)."""
+        self.empty(system)
+        self.admin.execute("SELECT pg_stat_statements_reset()")
+        out = self.agent_out(system, f"async-{kind}-{producers}", count, size)
+        if out.get("flavour", "native") != "native":
+            self.stand_ins.add(system)
+        total = self.scalar(system, QUEUED_SQL[system])
+        if total != count + out["warmup"]:
+            raise Failure(f"{system}: async {kind} enqueue stored {total} jobs, expected {count + out['warmup']}")
+        row = self.admin.execute(
+            "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements"
+            " WHERE userid = (SELECT oid FROM pg_roles WHERE rolname = %s)"
+            " AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
+            (BENCH_ROLE, f"bench_{system}"),
+        ).fetchone()
+        server = float(row[0]) * 1000 / total if row else 0.0  # warm-up and setup included
+        return count / float(out["seconds"]), float(out["cpu"]) * 1e6 / count, server
+
     def batch_and_drain(self, system: str, count: int, workers: int) -> dict[str, float]:
         self.empty(system)
         seconds = self.agent(system, "batch", count, BATCH)
@@ -920,11 +1108,29 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
+ASYNC_BATCH = 100
+"""Jobs per batch in the async batched rows (an endpoint fanning out, not a bulk load)."""
+
+
+def async_rows(batch: int = ASYNC_BATCH) -> tuple[tuple[str, str, bool], ...]:
+    """The async producer rows: (label, key, higher is better), key ``a_<kind><producers>``."""
+    return tuple(
+        (f"async, {'one at a time' if kind == 'single' else f'batches of {batch:,}'}, {p} producer"
+         f"{'s' if p > 1 else ''} (jobs/s)", f"a_{kind}{p}", True)
+        for kind in ("single", "batch") for p in ASYNC_PRODUCERS
+    )
+
+
 def run_all(
     h: Harness, systems: tuple[str, ...], jobs: int, runs: int, single_n: int, lat_n: int, budget: float | None,
-    slow_jobs: int = 2000,
+    slow_jobs: int = 2000, *, sync: bool = True, async_sizes: tuple[int, int, int] | None = None,
 ) -> dict[str, Any]:
-    """Every phase ``runs`` times; a run is not started when ``budget`` seconds would not hold it."""
+    """Every phase ``runs`` times; a run is not started when ``budget`` seconds would not hold it.
+
+    ``sync=False`` leaves out the sync phases (enqueue, drains, latency); ``async_sizes``
+    (jobs one at a time, jobs in batches, batch size) adds the async producer phase for
+    jobcore and :data:`ASYNC_PEERS`, each row with one and with 50 producers.
+    """
     began = time.monotonic()
     completed = 0
     samples: dict[str, dict[str, list[float]]] = {s: {} for s in systems}
@@ -952,6 +1158,25 @@ def run_all(
             break
         order = systems[run % len(systems) :] + systems[: run % len(systems)]
         print(f"\n== run {run + 1} of {runs} (order: {', '.join(order)}) ==", flush=True)
+        if async_sizes is not None:
+            single_jobs, batch_jobs, size = async_sizes
+            for kind, count in (("single", single_jobs), ("batch", batch_jobs)):
+                for producers in ASYNC_PRODUCERS:
+                    for system in order:
+                        if system not in (*JOBCORES, *ASYNC_PEERS):
+                            continue
+                        value = attempt(
+                            f"async {kind}, {producers} producer(s)", system,
+                            lambda s=system, k=kind, p=producers, c=count, z=size: h.async_enqueue(s, k, p, c, z),
+                        )
+                        if value is not None:
+                            add(system, f"a_{kind}{producers}", value[0])
+                            add(system, f"c_{kind}{producers}", value[1])
+                            add(system, f"s_{kind}{producers}", value[2])
+                            per_run.setdefault((run, system), {})[f"a_{kind}{producers}"] = value[0]
+        if not sync:
+            completed += 1
+            continue
         for system in order:
             if system == LIMIT:
                 continue  # drains only
@@ -985,6 +1210,9 @@ def run_all(
     for system in systems:
         got = samples[system]
         results[system] = {key: _median(got.get(key, [])) for _, key, _ in ROWS if not key.startswith("p")}
+        results[system].update({key: _median(got.get(key, [])) for _, key, _ in async_rows()})
+        for prefix in "cs":
+            results[system].update({prefix + k[1:]: _median(got.get(prefix + k[1:], [])) for _, k, _ in async_rows()})
         results[system]["p50"] = _percentile(got.get("latency", []), 0.50)
         results[system]["p99"] = _percentile(got.get("latency", []), 0.99)
         results[system]["verified1"] = _median(got.get("verified1", []))
@@ -1000,6 +1228,7 @@ def run_all(
                 "batch": _median(got.get("batch", [])),
                 "drain1": got.get("drain1"),
                 "drain4": got.get("drain4"),
+                **{key: got.get(key) for _, key, _ in async_rows()},
             }
         runs_out.append(row)
     return {"results": results, "failures": failures, "runs": completed, "per_run": runs_out}
@@ -1008,6 +1237,8 @@ def run_all(
 def _brief(out: Any) -> str:
     if isinstance(out, float):
         return f"{out:,.0f} jobs/s"
+    if isinstance(out, tuple):
+        return f"{out[0]:,.0f} jobs/s, client CPU {out[1]:,.0f} us/job, server statements {out[2]:,.0f} us/job"
     if isinstance(out, list):
         return f"p50 {_percentile(out, 0.5):.1f} ms, p99 {_percentile(out, 0.99):.1f} ms ({len(out)} samples)"
     return (
@@ -1019,7 +1250,7 @@ def _brief(out: Any) -> str:
 def _fmt(value: float | None, key: str) -> str:
     if value is None:
         return "n/a"
-    if key in ("single", "batch", "drain1", "drain4"):
+    if key in ("single", "batch", "drain1", "drain4") or key.startswith(("a_", "c_", "s_")):
         return f"{value:,.0f}"
     if key.startswith("p"):
         return f"{value:.1f}"
@@ -1068,6 +1299,42 @@ def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...])
     return "\n".join(lines)
 
 
+def async_table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...], batch: int) -> str:
+    """The async producer rows: jobs/s per system, and jobcore's over the fastest async peer's."""
+    shown = tuple(s for s in systems if s in (*JOBCORES, *ASYNC_PEERS))
+    head = ["", *shown, "jobcore / best peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, key, higher in async_rows(batch):
+        r = ratio(results, key, higher)
+        best = best_peer(results, key, higher)
+        note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
+        lines.append("| " + " | ".join([label, *(_fmt(results[s].get(key), key) for s in shown), note]) + " |")
+    for prefix, unit in (("c", "(producer CPU us / job)"), ("s", "(server statement time us / job)")):
+        for label, key, _ in async_rows(batch):
+            cost = prefix + key[1:]
+            r = ratio(results, cost, False)
+            best = best_peer(results, cost, False)
+            note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
+            cells = [label.replace("(jobs/s)", unit), *(_fmt(results[s].get(cost), cost) for s in shown)]
+            lines.append("| " + " | ".join([*cells, note]) + " |")
+    return "\n".join(lines)
+
+
+def async_per_run_table(per_run: list[dict[str, dict[str, float | None]]], batch: int) -> str:
+    """jobcore over the fastest async peer of the same run, row by row."""
+    rows = async_rows(batch)
+    head = ["run", *(label.removeprefix("async, ").removesuffix(" (jobs/s)") for label, _, _ in rows)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for number, row in enumerate(per_run, 1):
+        cells = [str(number)]
+        for _, key, _ in rows:
+            r = ratio(row, key, True)
+            best = best_peer(row, key, True)
+            cells.append("n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def per_run_table(per_run: list[dict[str, dict[str, float | None]]]) -> str:
     """jobcore over the fastest peer of the same run, row by row, and its 4-worker drain over the limit's."""
     keys = (("single", "enqueue one at a time"), ("batch", "batch enqueue"), ("drain1", "drain, 1 worker"),
@@ -1095,6 +1362,85 @@ GOALS: tuple[tuple[str, Callable[[dict[str, dict[str, float | None]]], float | N
     ("drain with 4 workers >= 70% of the SQL limit", lambda r: share_of_limit(r, "drain4"), 0.70, True),
     ("enqueue-to-start p99 < 20 ms", lambda r: r.get("jobcore", {}).get("p99"), 20.0, False),
 )
+
+
+def async_goals(results: dict[str, dict[str, float | None]], batch: int) -> list[str]:
+    """Issue 18's goal: jobcore's async producer at least equal to the fastest async peer on each row."""
+    out = []
+    for label, key, higher in async_rows(batch):
+        r = ratio(results, key, higher)
+        text = f"{label.removesuffix(' (jobs/s)')} >= 1.0x the fastest peer"
+        verdict = "n/a" if r is None else "PASS" if r >= 1.0 else "FAIL"
+        out.append(f"- {verdict}: {text}: " + ("not measured" if r is None else f"{r:.2f}x"))
+    return out
+
+
+def async_report(
+    h: Harness, data: dict[str, Any], systems: tuple[str, ...], args: argparse.Namespace, elapsed: float, command: str
+) -> str:
+    """The async producer rows as their own docs/benchmarks.md section (between
+    :data:`ASYNC_START` and :data:`ASYNC_END`): how to reproduce, the machine, the versions."""
+    v = versions(h)
+    load = ""
+    with contextlib.suppress(OSError):
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return "\n".join([
+        ASYNC_START,
+        "## Async producers against Procrastinate and PGQueuer (issue 18)",
+        "",
+        "Reproduce with (these rows are also a section of every full run of the script):",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        f"Machine: {machine(h)}. Load average (1, 5, 15 min) when the run ended: {load}.",
+        f"Versions: jobcore {v['jobcore']} (psycopg {v['jobcore-psycopg']}); procrastinate"
+        f" {v.get('procrastinate')} (psycopg {v.get('psycopg')}); pgqueuer {v.get('pgqueuer')}"
+        f" (asyncpg {v.get('asyncpg')}). {data['runs']} run{'s' if data['runs'] != 1 else ''},"
+        f" whole run {elapsed / 60:.1f} minutes.",
+        "",
+        *async_section(h, data, systems, args),
+        ASYNC_END,
+    ])
+
+
+def async_section(h: Harness, data: dict[str, Any], systems: tuple[str, ...], args: argparse.Namespace) -> list[str]:
+    """The async producer rows of the report (their table, run by run, the goals, how each runs)."""
+    lines = [
+        f"Each system's asyncio enqueue, from one process: {args.async_jobs:,} jobs one at a time and"
+        f" {args.async_batch_jobs:,} jobs in batches of {args.async_batch:,} per row and run, by 1 producer"
+        f" coroutine and by {ASYNC_PRODUCERS[-1]} (app-like: {ASYNC_PRODUCERS[-1]} coroutines gathered on one loop,"
+        " each enqueueing its share through the one client object the application made). Each row starts"
+        " with a warm-up of the same kind by every producer at once (pools open their connections,"
+        " statements get prepared); every job is checked to be stored. Below the throughput rows, each"
+        " system's cost per job on either side: the producer process's CPU time over the timed part,"
+        " and the server's execution time of the statements the producer sent (`pg_stat_statements`,"
+        " warm-up and setup included, divided by the jobs stored); lower is better there.",
+        "",
+        async_table(data["results"], systems, args.async_batch),
+        "",
+        "Per run (jobcore over the fastest async peer of that run):",
+        "",
+        async_per_run_table(data["per_run"], args.async_batch),
+        "",
+        "Goals (issue 18), on the medians of this run:",
+        "",
+        *async_goals(data["results"], args.async_batch),
+        "",
+        "- jobcore: `jobcore.connect_async(url)` (`AsyncPostgresDriver`, its default pool: at most 10",
+        "  connections), enqueue through the job handle's `enqueue_async` / `enqueue_many_async`.",
+        "- Procrastinate: `App(connector=PsycopgConnector(conninfo=...))`, `open_async()`, then",
+        "  `defer_async` / `batch_defer_async` (psycopg_pool's `AsyncConnectionPool` defaults: 4 connections).",
+        "- PGQueuer: `Queries.enqueue` (lists for a batch); 1 producer on `AsyncpgDriver` (one asyncpg",
+        "  connection, as its README), 50 on `AsyncpgPoolDriver` (`asyncpg.create_pool` defaults: 10",
+        "  connections; the one-connection driver serialises every query behind a lock).",
+    ]
+    if h.stand_ins:
+        lines += ["", f"NOT NATIVE: {', '.join(sorted(h.stand_ins))} ran with the sync driver in threads"
+                  " (JC_BENCH_ASYNC_THREADS=1, or this tree has no AsyncPostgresDriver): these jobcore figures are"
+                  " not the async driver's."]
+    return lines
 
 
 def goals(results: dict[str, dict[str, float | None]]) -> list[str]:
@@ -1287,12 +1633,17 @@ def report(
     return "\n".join(lines)
 
 
-def write_doc(section: str) -> None:
+def write_doc(section: str, start: str = DOC_START, end: str = DOC_END) -> None:
+    """Put ``section`` between ``start`` and ``end`` in docs/benchmarks.md; where they are not
+    yet, the async section goes right after the peers' one, the peers' one before the first heading."""
     text = DOC.read_text()
-    if DOC_START in text and DOC_END in text:
-        head, rest = text.split(DOC_START, 1)
-        tail = rest.split(DOC_END, 1)[1]
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section + tail
+    elif start == ASYNC_START and DOC_END in text:
+        at = text.index(DOC_END) + len(DOC_END)
+        text = text[:at] + "\n\n" + section + text[at:]
     elif "\n## " in text:
         at = text.index("\n## ") + 1
         text = text[:at] + section + "\n\n" + text[at:]
@@ -1337,7 +1688,21 @@ def main() -> None:
     parser.add_argument(
         "--slow-jobs", type=int, default=2000, help="jobs per drain for " + ", ".join(SLOW) + " (default 2,000)"
     )
-    parser.add_argument("--quick", action="store_true", help="small smoke run (~2 minutes); does not write the doc")
+    parser.add_argument("--quick", action="store_true", help="small smoke run (~3 minutes); does not write the doc")
+    parser.add_argument(
+        "--async-producers", action="store_true",
+        help="only the async producer rows (jobcore, " + ", ".join(ASYNC_PEERS) + "); writes their doc section only",
+    )
+    parser.add_argument("--no-async", action="store_true", help="leave out the async producer rows")
+    parser.add_argument(
+        "--async-jobs", type=int, default=None,
+        help="async one-at-a-time jobs per row and run (1,000; --async-producers 2,000; quick 500)",
+    )
+    parser.add_argument(
+        "--async-batch-jobs", type=int, default=None,
+        help="async batched jobs per row and run (10,000; --async-producers 20,000; quick 5,000)",
+    )
+    parser.add_argument("--async-batch", type=int, default=ASYNC_BATCH, help=f"async batch size ({ASYNC_BATCH})")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
     parser.add_argument(
@@ -1368,7 +1733,15 @@ def main() -> None:
     args.runs = args.runs or (1 if quick else 3)
     args.single = args.single or (300 if quick else 1000)
     args.latency = args.latency or (50 if quick else 100)
+    # The full run's async section is kept short (about a minute a run); alone, it measures more.
+    args.async_jobs = args.async_jobs or (500 if quick else 2000 if args.async_producers else 1000)
+    args.async_batch_jobs = args.async_batch_jobs or (5000 if quick else 20_000 if args.async_producers else 10_000)
+    args.async_on = not args.no_async
     systems = tuple(s for s in SYSTEMS if s in args.systems.split(","))
+    if args.async_producers:
+        if args.systems == ",".join(SYSTEMS):  # not narrowed: jobcore and the async peers only
+            systems = ("jobcore", *ASYNC_PEERS)
+        systems = tuple(s for s in systems if s in ("jobcore", *ASYNC_PEERS))
     if args.baseline:
         systems = (*systems, BASE)
     command = ".venv/bin/python bench/peers.py" + (
@@ -1376,6 +1749,13 @@ def main() -> None:
     ) + ("" if args.slow_jobs == 2000 else f" --slow-jobs {args.slow_jobs}")
     if args.max_minutes:
         command += f" --max-minutes {args.max_minutes:g}"
+    if args.async_producers:  # the drains' figures do not apply
+        command = ".venv/bin/python bench/peers.py --async-producers"
+        command += "" if args.runs == 3 else f" --runs {args.runs}"
+    sizes = (2000, 20_000) if args.async_producers else (1000, 10_000)
+    if args.async_on and (args.async_jobs, args.async_batch_jobs, args.async_batch) != (*sizes, ASYNC_BATCH):
+        command += f" --async-jobs {args.async_jobs} --async-batch-jobs {args.async_batch_jobs}"
+        command += f" --async-batch {args.async_batch}"
     started = time.monotonic()
 
     sys.path.insert(0, str(ROOT))  # fixtures/ is not installed: find it from here
@@ -1410,10 +1790,30 @@ def main() -> None:
         h.setup(systems)
         print(f"server {server.url}; logs in {workdir}", flush=True)
         budget = args.max_minutes * 60 if args.max_minutes else None
-        data = run_all(h, systems, args.jobs, args.runs, args.single, args.latency, budget, args.slow_jobs)
+        data = run_all(
+            h, systems, args.jobs, args.runs, args.single, args.latency, budget, args.slow_jobs,
+            sync=not args.async_producers,
+            async_sizes=(args.async_jobs, args.async_batch_jobs, args.async_batch) if args.async_on else None,
+        )
         elapsed = time.monotonic() - started
+        asection = async_report(h, data, systems, args, elapsed, command) if args.async_on else None
+        if args.async_producers:
+            assert asection is not None
+            print("\n" + asection)
+            if data["failures"]:
+                print(f"\n{len(data['failures'])} phase(s) failed; see above")
+            if quick or args.no_write:
+                print("\n(docs/benchmarks.md left alone: --quick or --no-write)")
+            else:
+                write_doc(asection, ASYNC_START, ASYNC_END)
+                print(f"\nwrote {DOC.relative_to(ROOT)} (the async section)")
+            if not data["failures"]:
+                shutil.rmtree(workdir, ignore_errors=True)
+            return
         section = report(h, data, systems, args, elapsed, command)
         print("\n" + section)
+        if asection is not None:
+            print("\n" + asection)
         if args.baseline:
             print("\n" + against_base(data["results"], args.baseline))
         if data["failures"]:
@@ -1422,6 +1822,8 @@ def main() -> None:
             print("\n(docs/benchmarks.md left alone: --quick or --no-write)")
         else:
             write_doc(section)
+            if asection is not None:
+                write_doc(asection, ASYNC_START, ASYNC_END)
             print(f"\nwrote {DOC.relative_to(ROOT)}")
         print(f"total {elapsed:.0f}s")
         if not data["failures"]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, NoReturn, ParamSpec, TypeVar, cast
 
 import attrs
 import pymongo
@@ -29,7 +29,7 @@ from pymongo import errors as pe
 
 from jobcore.errors import BackendAuthFailed, BackendError, BackendFailure, BackendTimeout, BackendUnavailable, redact
 
-__all__ = ["Bounds", "translate", "translated"]
+__all__ = ["Bounds", "translate", "translated", "translated_async"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -117,17 +117,45 @@ def translated(func: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @functools.wraps(func)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        owner: Any = args[0]
-        bounds: Bounds = owner._bounds
+        bounds: Bounds = cast(Any, args[0])._bounds
         try:
-            with contextlib.nullcontext() if bounds.call is None else pymongo.timeout(bounds.call):
+            with _bounded(bounds):
                 return func(*args, **kwargs)
         except pe.PyMongoError as exc:
-            if kwargs.get("session") is not None and exc.has_error_label("TransientTransactionError"):
-                # The caller's own transaction failed transiently (a write conflict, an
-                # election): pymongo's with_transaction retries only on its own error
-                # with this label, so it passes through untranslated.
-                raise
-            raise translate(exc, func.__name__.strip("_").replace("_", " "), bounds) from exc
+            _raise_translated(exc, func, kwargs, bounds)
 
     return wrapper
+
+
+def translated_async(func: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """:func:`translated` for a coroutine method (the async flavour): the same bound, the same coded errors.
+
+    ``pymongo.timeout`` is carried by a context variable, so the deadline follows the
+    coroutine through every ``await`` and other tasks keep their own.
+    """
+
+    @functools.wraps(func)
+    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        bounds: Bounds = cast(Any, args[0])._bounds
+        try:
+            with _bounded(bounds):
+                return await func(*args, **kwargs)
+        except pe.PyMongoError as exc:
+            _raise_translated(exc, func, kwargs, bounds)
+
+    return wrapper
+
+
+def _bounded(bounds: Bounds) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext() if bounds.call is None else pymongo.timeout(bounds.call)
+
+
+def _raise_translated(
+    exc: pe.PyMongoError, func: Callable[..., Any], kwargs: dict[str, Any], bounds: Bounds,
+) -> NoReturn:
+    if kwargs.get("session") is not None and exc.has_error_label("TransientTransactionError"):
+        # The caller's own transaction failed transiently (a write conflict, an
+        # election): pymongo's with_transaction retries only on its own error
+        # with this label, so it passes through untranslated.
+        raise exc
+    raise translate(exc, func.__name__.strip("_").replace("_", " "), bounds) from exc

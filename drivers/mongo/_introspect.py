@@ -1,3 +1,4 @@
+# Generated from _introspect_async.py by tools/unasync.py: edit that file, then run the tool.
 """The MongoDB driver's :class:`~jobcore.door.IntrospectBackend` (rules O, C10, R01).
 
 Arguments arrive checked by :class:`~jobcore.door.IntrospectDoor`. Single-job verbs are
@@ -25,7 +26,7 @@ from . import _docs as d
 from ._errors import translated
 
 if TYPE_CHECKING:
-    from . import MongoDriver
+    from ._store import MongoStore
 
 __all__ = ["MongoIntrospect"]
 
@@ -45,7 +46,7 @@ def _aware(value: datetime) -> datetime:
 class MongoIntrospect:
     """Reads, operator verbs and retention over the driver's jobs collection."""
 
-    def __init__(self, driver: MongoDriver, jobs: Collection[Doc]) -> None:
+    def __init__(self, driver: MongoStore, jobs: Collection[Doc]) -> None:
         self._d, self._jobs = driver, jobs
         self._bounds = driver._bounds  # read by @translated
 
@@ -75,10 +76,11 @@ class MongoIntrospect:
         now = self._d._now()
         due = {"state": d.states_in(CLAIMABLE_STATES), "run_at": {"$lte": now}}
         # One round trip for both answers: $facet runs the two groupings over one read.
-        found = next(self._jobs.aggregate([{"$facet": {
+        cursor = self._jobs.aggregate([{"$facet": {
             "counts": [{"$group": {"_id": {"q": "$queue", "s": "$state"}, "n": {"$sum": 1}}}],
             "oldest": [{"$match": due}, {"$group": {"_id": "$queue", "oldest": {"$min": "$run_at"}}}],
-        }}]))
+        }}])
+        found = next(cursor)
         counts: dict[str, dict[JobState, int]] = {}
         for row in found["counts"]:
             counts.setdefault(row["_id"]["q"], {})[JobState(row["_id"]["s"])] = int(row["n"])
@@ -192,7 +194,9 @@ class MongoIntrospect:
         update = self._cancel_update(message, self._d._now())
         ids = self._pick(query, limit)
         moved = self._jobs.update_many(_and(query, {"_id": {"$in": ids}}), update) if ids else None
-        return BulkResult(affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query))
+        return BulkResult(
+            affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query),
+        )
 
     @translated
     def remove_many(self, flt: JobFilter, limit: int) -> BulkResult:
@@ -207,7 +211,9 @@ class MongoIntrospect:
         ids = self._pick(query, limit)
         update = {"$set": {"state": JobState.READY.value, "run_at": self._d._now()}}
         moved = self._jobs.update_many(_and(query, {"_id": {"$in": ids}}), update) if ids else None
-        return BulkResult(affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query))
+        return BulkResult(
+            affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query),
+        )
 
     def _requeueable(self, query: Doc) -> IdList:
         """Finished rows a requeue may move, oldest first (O06).
@@ -215,7 +221,8 @@ class MongoIntrospect:
         A row whose key a live job of its name holds stays; of finished rows sharing a
         name and key only the oldest is listed.
         """
-        rows = list(self._jobs.find(query, {"_id": 1, "name": 1, "key": 1}).sort("_id", 1))
+        cursor = self._jobs.find(query, {"_id": 1, "name": 1, "key": 1}).sort("_id", 1)
+        rows = list(cursor)
         idents = {(r["name"], r["key"]) for r in rows if r.get("key") is not None}
         live: set[tuple[str, str]] = set()
         if idents:
@@ -237,7 +244,7 @@ class MongoIntrospect:
         query = _query(flt)
         self._d._ensure()
         now = self._d._now()
-        ids = self._requeueable(query)[:limit]
+        ids = (self._requeueable(query))[:limit]
         affected = 0
         if ids:
             guard = d.states_in(flt.state or ())
@@ -246,7 +253,7 @@ class MongoIntrospect:
                 for seq, offset in zip(ids, spacing(len(ids)), strict=True)
             ]
             try:
-                affected = self._jobs.bulk_write(ops, ordered=False).modified_count
+                affected = (self._jobs.bulk_write(ops, ordered=False)).modified_count
             except pe.BulkWriteError as exc:  # a concurrent enqueue took a key: that row stays
                 if not all(d.key_clash(e) for e in exc.details.get("writeErrors", [])):
                     raise
@@ -266,17 +273,18 @@ class MongoIntrospect:
             # The oldest `want` of each state (each an index range read of jc_finished,
             # backwards), merged here: a hint per state holds on every server, where one
             # $or query would leave the merge to the planner.
-            candidates = sorted(
+            candidates = sorted([
                 (row["finished_at"], row["_id"], state)
                 for state, cutoff in cutoffs.items()
                 for row in self._jobs.find(prune_query(state, cutoff), {"_id": 1, "finished_at": 1})
                 .sort(PRUNE_ORDER).hint(FINISHED_INDEX).limit(want)
-            )[:want]
+            ])[:want]
             picked_total += len(candidates)  # counts reads, not deletes: the loop ends even if every row moved away
             for state in {c[2] for c in candidates}:
                 ids = [c[1] for c in candidates if c[2] is state]
                 # The delete repeats the guard: a row requeued (or finished again) since the read stays.
-                gone = self._jobs.delete_many({"$and": [prune_query(state, cutoffs[state]), {"_id": {"$in": ids}}]})
+                guard = {"$and": [prune_query(state, cutoffs[state]), {"_id": {"$in": ids}}]}
+                gone = self._jobs.delete_many(guard)
                 removed[state] += gone.deleted_count
             if len(candidates) < want:
                 break

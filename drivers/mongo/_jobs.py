@@ -1,3 +1,4 @@
+# Generated from _jobs_async.py by tools/unasync.py: edit that file, then run the tool.
 """The MongoDB driver's :class:`~jobcore.door.JobsBackend`: enqueue, claim and settle.
 
 Every argument arrives checked by the front door (:class:`~jobcore.door.FrontDoor`);
@@ -29,7 +30,7 @@ from ._errors import translated
 from ._watch import Hub, Silent, Subscription
 
 if TYPE_CHECKING:
-    from . import MongoDriver
+    from ._store import MongoStore
 
 __all__ = ["MongoJobs"]
 
@@ -43,7 +44,7 @@ class MongoJobs:
 
     connection_type = ClientSession
 
-    def __init__(self, driver: MongoDriver) -> None:
+    def __init__(self, driver: MongoStore) -> None:
         self._d = driver
         self._jobs = driver._jobs
         self._bounds = driver._bounds  # the call bound ``translated`` applies
@@ -74,7 +75,9 @@ class MongoJobs:
             ))
         return self._store(news, now, session)
 
-    def _holders(self, idents: set[tuple[str, str]], session: ClientSession | None) -> dict[tuple[str, str], Doc]:
+    def _holders(
+        self, idents: set[tuple[str, str]], session: ClientSession | None,
+    ) -> dict[tuple[str, str], Doc]:
         if not idents:
             return {}
         query = {"$or": [{"name": n, "live_key": k} for n, k in sorted(idents)]}
@@ -218,8 +221,8 @@ class MongoJobs:
         if not ops:
             return [False] * len(fences)
         if len(fences) == 1:
-            return [fences[0] is not None and self._jobs.update_one(fences[0], update).matched_count == 1]
-        matched = self._jobs.bulk_write(ops, ordered=False).matched_count
+            return [fences[0] is not None and (self._jobs.update_one(fences[0], update)).matched_count == 1]
+        matched = (self._jobs.bulk_write(ops, ordered=False)).matched_count
         if matched in (0, len(ops)):
             return [fence is not None and matched > 0 for fence in fences]
         ids = sorted({fence["_id"] for fence in fences if fence is not None})
@@ -234,7 +237,8 @@ class MongoJobs:
         fence = _fence(token)
         if fence is None:
             return False
-        found = self._jobs.update_one(fence, {"$set": {"lease_expires_at": to_millis(self._d._now() + lease)}})
+        expires = to_millis(self._d._now() + lease)
+        found = self._jobs.update_one(fence, {"$set": {"lease_expires_at": expires}})
         return found.matched_count == 1
 
     @translated
@@ -246,7 +250,8 @@ class MongoJobs:
             token, text = items[0]
             fence = _fence(token)
             if landed_only:
-                return [fence is not None and self._jobs.update_one(fence, _ack_stages(text, now)).matched_count == 1]
+                found = fence is not None and (self._jobs.update_one(fence, _ack_stages(text, now))).matched_count
+                return [found == 1]
             doc = None if fence is None else self._jobs.find_one_and_update(
                 fence, _ack_stages(text, now), return_document=ReturnDocument.AFTER
             )

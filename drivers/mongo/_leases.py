@@ -1,3 +1,4 @@
+# Generated from _leases_async.py by tools/unasync.py: edit that file, then run the tool.
 """The MongoDB driver's :class:`~jobcore.door.LeasesBackend` (rules K): one ``<prefix>leases`` document per key.
 
 A key's slots are its document's ``slots`` array. Each verb is one atomic
@@ -23,7 +24,7 @@ from jobcore.records import LeaseSlot
 from ._errors import translated
 
 if TYPE_CHECKING:
-    from . import MongoDriver
+    from ._store import MongoStore
 
 __all__ = ["MongoLeases"]
 
@@ -31,7 +32,7 @@ __all__ = ["MongoLeases"]
 class MongoLeases:
     """Counted slots with expiry (rules K), one document per key, on checked values."""
 
-    def __init__(self, driver: MongoDriver, collection: Collection[dict[str, Any]]) -> None:
+    def __init__(self, driver: MongoStore, collection: Collection[dict[str, Any]]) -> None:
         self._driver, self._slots = driver, collection
         self._bounds = driver._bounds
 
@@ -83,7 +84,8 @@ class MongoLeases:
 
     @translated
     def release(self, key: str, holder: str) -> bool:
-        found = self._slots.update_one({"_id": key, "slots.holder": holder}, {"$pull": {"slots": {"holder": holder}}})
+        mine = {"_id": key, "slots.holder": holder}
+        found = self._slots.update_one(mine, {"$pull": {"slots": {"holder": holder}}})
         return found.modified_count == 1
 
     @translated

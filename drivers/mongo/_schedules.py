@@ -1,3 +1,4 @@
+# Generated from _schedules_async.py by tools/unasync.py: edit that file, then run the tool.
 """The MongoDB driver's :class:`~jobcore.door.SchedulesBackend` (rules P), crash-safe without transactions.
 
 One document per schedule in ``<prefix>schedules``, ``_id`` = the schedule name::
@@ -52,7 +53,7 @@ from . import _docs as d
 from ._errors import translated
 
 if TYPE_CHECKING:
-    from . import MongoDriver
+    from ._store import MongoStore
 
 __all__ = ["MongoSchedules"]
 
@@ -81,7 +82,7 @@ def to_schedule(doc: Doc) -> Schedule:
 class MongoSchedules:
     """Periodic schedules' declarations and watermarks (rules P) on MongoDB, on checked values."""
 
-    def __init__(self, driver: MongoDriver, collection: Collection[Doc]) -> None:
+    def __init__(self, driver: MongoStore, collection: Collection[Doc]) -> None:
         self._d, self._docs = driver, collection
         self._bounds = driver._bounds
 
@@ -224,4 +225,4 @@ class MongoSchedules:
     @translated
     def remove(self, name: str) -> bool:
         self._d._ensure()
-        return self._docs.delete_one({"_id": name}).deleted_count == 1
+        return (self._docs.delete_one({"_id": name})).deleted_count == 1

@@ -28,9 +28,9 @@ from jobcore.errors import JobcoreError
 from jobcore.records import JobState
 
 if TYPE_CHECKING:
-    from . import MongoDriver
+    from ._store import MongoStore
 
-__all__ = ["Hub", "Silent", "Subscription"]
+__all__ = ["Hub", "Silent", "Subscription", "woken"]
 
 _log = logging.getLogger("jobcore.drivers.mongo")
 
@@ -43,6 +43,26 @@ REOPEN_PAUSE = 0.5
 """Pause between attempts to reopen a broken stream."""
 
 Entry = tuple[frozenset[str], Callable[[str], None]]
+
+
+def woken(doc: dict[str, Any] | None) -> tuple[str, datetime | None] | None:
+    """The queue a changed job document may wake, and the due time still to check against
+    the store's now (``None``: ready now); ``None`` when it wakes nobody. Shared by both
+    flavours' hubs.
+
+    The queue and due checks run here rather than in the stream's $match so the filter
+    does not depend on how a server orders updateLookup and user stages.
+    """
+    if not doc:
+        return None
+    queue, state, run_at = doc.get("queue"), doc.get("state"), doc.get("run_at")
+    if not isinstance(queue, str):
+        return None
+    if state == READY:
+        return queue, None
+    if state == SCHEDULED and isinstance(run_at, datetime):
+        return queue, run_at
+    return None
 
 
 class Silent:
@@ -70,7 +90,7 @@ class Hub:
     the last event seen when the connection breaks.
     """
 
-    def __init__(self, driver: MongoDriver) -> None:
+    def __init__(self, driver: MongoStore) -> None:
         self._driver = driver
         self._lock = threading.Lock()
         self._entries: list[Entry] = []
@@ -144,19 +164,16 @@ class Hub:
                 _log.debug("closing a broken change stream failed", exc_info=True)
 
     def _deliver(self, doc: dict[str, Any] | None) -> None:
-        # The queue and due checks run here rather than in the stream's $match so the
-        # filter does not depend on how a server orders updateLookup and user stages.
-        if not doc:
+        found = woken(doc)
+        if found is None:
             return
-        queue, state, run_at = doc.get("queue"), doc.get("state"), doc.get("run_at")
-        due = state == READY
-        if state == SCHEDULED and isinstance(run_at, datetime):
+        queue, run_at = found
+        if run_at is not None:
             try:
-                due = run_at <= self._driver._now()
+                if run_at > self._driver._now():
+                    return
             except JobcoreError:  # the server's clock could not be read: wake anyway, it is a hint
-                due = True
-        if not due or not isinstance(queue, str):
-            return
+                pass
         with self._lock:
             targets = [callback for queues, callback in self._entries if queue in queues]
         for callback in targets:

@@ -212,7 +212,9 @@ class AsyncPostgresDriver(AsyncFrontDoor):
             return
         if self._schema_lock is None:
             self._schema_lock = asyncio.Lock()
-        async with self._schema_lock:  # a second task waiting here re-checks: harmless, it is read-only
+        async with self._schema_lock:
+            if self._schema_ok:  # checked by the task this one waited for: 50 first callers read it once
+                return
             with translated(self.schema):
                 async with self._connection() as conn:
                     found = await _schema_async.read_version(conn, self.schema)
