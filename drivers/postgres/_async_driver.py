@@ -213,8 +213,8 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         if self._schema_lock is None:
             self._schema_lock = asyncio.Lock()
         async with self._schema_lock:
-            if self._schema_ok:  # type: ignore[unreachable]  # another task set it while this one waited
-                return  # 50 first callers read the version once
+            if self._schema_ok:  # another task set it while this one waited: 50 first callers read it once
+                return  # type: ignore[unreachable]  # mypy keeps the narrowing across the await
             with translated(self.schema):
                 async with self._connection() as conn:
                     found = await _schema_async.read_version(conn, self.schema)
