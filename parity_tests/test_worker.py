@@ -114,6 +114,15 @@ def test_W02_a_cancelled_job_signals_its_handler_and_its_outcome_is_not_recorded
     assert worker.counts["lost"] == 1
 
 
+def _heartbeats_off(faulty: FaultyDriver) -> None:
+    """Make heartbeats fail, and wait until one has: the worker sends them one at a time, so a
+    renewal already on its way when the switch flipped has landed by then, and none lands after
+    the scenario moves the clock (through an async driver's bridge, one may be in flight a while)."""
+    faulty.heartbeat_down = True
+    sent = faulty.calls["heartbeat"]
+    wait_until(lambda: faulty.calls["heartbeat"] > sent, what="a heartbeat to fail")
+
+
 def test_W02_a_reclaimed_job_signals_its_handler_and_the_new_holder_result_counts(
     driver: JobDriver, clock: ManualClock
 ) -> None:
@@ -135,7 +144,7 @@ def test_W02_a_reclaimed_job_signals_its_handler_and_the_new_holder_result_count
         assert started.wait(WAIT)
         wait_until(lambda: driver.introspect.get(job.id).attempt == 1, what="its start to be recorded (F04)")  # type: ignore[union-attr]
         worker.request_stop(drain_timeout=WAIT)  # no more claims: the reclaim below is the other worker's
-        faulty.heartbeat_down = True
+        _heartbeats_off(faulty)
         clock.advance(LEASE + timedelta(seconds=1))
         taken = driver.claim(["default"], worker_id="w-new", lease=LEASE)
         assert [c.job.id for c in taken.claimed] == [job.id]
@@ -170,7 +179,7 @@ def test_W02_no_renewal_landing_for_a_whole_lease_calls_the_handler_off(
     with running(make_worker(faulty, registry)) as worker:  # type: ignore[arg-type]
         assert first_started.wait(WAIT)
         wait_until(lambda: driver.introspect.get(job.id).attempt == 1, what="its start to be recorded (F04)")  # type: ignore[union-attr]
-        faulty.heartbeat_down = True
+        _heartbeats_off(faulty)
         clock.advance(LEASE)
         assert first_signalled.wait(WAIT)
         faulty.heartbeat_down = False
