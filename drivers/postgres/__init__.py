@@ -66,7 +66,6 @@ from jobcore.driver import Duration
 from jobcore.errors import (
     BackendAuthFailed,
     BackendUnavailable,
-    OptionInvalid,
     UrlInvalid,
 )
 from jobcore.records import Job, Migration
@@ -74,9 +73,9 @@ from jobcore.records import Job, Migration
 from . import _schema
 from ._async_driver import AsyncPostgresDriver
 from ._config import (
-    check_listen_url,
     check_pooler,
     check_schema,
+    configure,
     migration,
     needs_migration,
     own_options,
@@ -88,7 +87,7 @@ from ._errors import origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospect
 from ._jobs import PostgresJobs
 from ._leases import PostgresLeases
-from ._notify import Listener, channel_for
+from ._notify import Listener
 from ._pool import (
     CLOCK_READ_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
@@ -189,6 +188,17 @@ class PostgresDriver(FrontDoor):
             pooler lacks the ``notify`` capability and workers poll.
     """
 
+    # Set by _config.configure from the constructor's arguments.
+    auto_migrate: bool
+    call_timeout: float | None
+    pooler: str
+    listen_url: str | None
+    _pooled: bool | None
+    _owns_pool: bool
+    q: Statements
+    channel: str
+    _schema_ok: bool
+
     def __init__(
         self, dsn_or_pool: str | ConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, auto_migrate: bool = False,
@@ -202,34 +212,12 @@ class PostgresDriver(FrontDoor):
         jobs = PostgresJobs(self)
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._insert = jobs.insert  # the schedules' fire enqueues inside its own transaction
-        self.auto_migrate = bool(auto_migrate)
-        statement, call = timeouts(statement_timeout, call_timeout)
-        self.call_timeout = None if call is None else call.total_seconds()
-        self.pooler = check_pooler(pooler)
-        self.listen_url = check_listen_url(listen_url)
-        self._pooled: bool | None = {"auto": None, "transaction": True, "none": False}[self.pooler]
         self._pool: ConnectionPool[Any] | Pool
-        if isinstance(dsn_or_pool, str):
-            least = v.check_int(pool_min, "pool_min", 0, 1000)
-            self._pool = Pool(
-                dsn_or_pool, kwargs=connect_kwargs(
-                    dsn_or_pool, statement_timeout=statement, call_timeout=call, pooler=self.pooler,
-                ),
-                min_size=least, max_size=v.check_int(pool_max, "pool_max", max(1, least), 1000),
-                timeout=self.call_timeout or DEFAULT_CALL_TIMEOUT,
-            )
-            self._owns_pool = True
-        elif isinstance(dsn_or_pool, ConnectionPool):
-            self._pool = dsn_or_pool
-            self._owns_pool = False
-        else:
-            raise OptionInvalid(
-                f"dsn_or_pool must be a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}",
-                "pass 'postgresql://user@host/db' or a psycopg_pool.ConnectionPool",
-            )
-        self.q = Statements(self.schema)
-        self.channel = channel_for(self.schema)
-        self._schema_ok = False
+        configure(
+            self, dsn_or_pool, pool_class=Pool, caller_pool=ConnectionPool, auto_migrate=auto_migrate,
+            statement_timeout=statement_timeout, call_timeout=call_timeout, pool_min=pool_min, pool_max=pool_max,
+            pooler=pooler, listen_url=listen_url,
+        )
         self._schema_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._closed = False

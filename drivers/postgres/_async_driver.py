@@ -28,29 +28,26 @@ from jobcore import validate as v
 from jobcore.clock import Clock, StoreClock, to_millis
 from jobcore.door import AsyncFrontDoor, AsyncIntrospectDoor, AsyncLeasesDoor, AsyncSchedulesDoor
 from jobcore.driver import Duration
-from jobcore.errors import BackendUnavailable, OptionInvalid
+from jobcore.errors import BackendUnavailable
 from jobcore.records import Job, Migration
 
 from . import _schema_async
 from ._anotify import AsyncListener
 from ._apool import AsyncPool, alive_async, discard
 from ._config import (
-    check_listen_url,
-    check_pooler,
     check_schema,
+    configure,
     migration,
     needs_migration,
     own_options,
     split_url,
     store_url,
-    timeouts,
 )
 from ._errors import origin, translate, translated
 from ._introspect_async import AsyncPostgresIntrospect
 from ._jobs_async import AsyncPostgresJobs
 from ._leases_async import AsyncPostgresLeases
-from ._notify import channel_for
-from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, bounded, connect_kwargs
+from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, bounded
 from ._rows import EPOCH
 from ._schedules_async import AsyncPostgresSchedules
 from ._sql import Statements
@@ -107,6 +104,17 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     2 s). The verbs never read it: their time decisions are the statements' (F01).
     """
 
+    # Set by _config.configure from the constructor's arguments.
+    auto_migrate: bool
+    call_timeout: float | None
+    pooler: str
+    listen_url: str | None
+    _pooled: bool | None
+    _owns_pool: bool
+    q: Statements
+    channel: str
+    _schema_ok: bool
+
     def __init__(
         self, dsn_or_pool: str | AsyncConnectionPool[Any], *, schema: str = "jobcore", clock: Clock | None = None,
         default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS, auto_migrate: bool = False,
@@ -120,34 +128,12 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         jobs = AsyncPostgresJobs(self)
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._insert = jobs.insert  # the schedules' fire enqueues inside its own transaction
-        self.auto_migrate = bool(auto_migrate)
-        statement, call = timeouts(statement_timeout, call_timeout)
-        self.call_timeout = None if call is None else call.total_seconds()
-        self.pooler = check_pooler(pooler)
-        self.listen_url = check_listen_url(listen_url)
-        self._pooled: bool | None = {"auto": None, "transaction": True, "none": False}[self.pooler]
         self._pool: AsyncConnectionPool[Any] | AsyncPool
-        if isinstance(dsn_or_pool, str):
-            least = v.check_int(pool_min, "pool_min", 0, 1000)
-            self._pool = AsyncPool(
-                dsn_or_pool, kwargs=connect_kwargs(
-                    dsn_or_pool, statement_timeout=statement, call_timeout=call, pooler=self.pooler,
-                ),
-                min_size=least, max_size=v.check_int(pool_max, "pool_max", max(1, least), 1000),
-                timeout=self.call_timeout or DEFAULT_CALL_TIMEOUT,
-            )
-            self._owns_pool = True
-        elif isinstance(dsn_or_pool, AsyncConnectionPool):
-            self._pool = dsn_or_pool
-            self._owns_pool = False
-        else:
-            raise OptionInvalid(
-                f"dsn_or_pool must be a connection string or an AsyncConnectionPool, got {type(dsn_or_pool).__name__}",
-                "pass 'postgresql://user@host/db' or a psycopg_pool.AsyncConnectionPool",
-            )
-        self.q = Statements(self.schema)
-        self.channel = channel_for(self.schema)
-        self._schema_ok = False
+        configure(
+            self, dsn_or_pool, pool_class=AsyncPool, caller_pool=AsyncConnectionPool, auto_migrate=auto_migrate,
+            statement_timeout=statement_timeout, call_timeout=call_timeout, pool_min=pool_min, pool_max=pool_max,
+            pooler=pooler, listen_url=listen_url,
+        )
         self._schema_lock: asyncio.Lock | None = None
         self._listeners: list[AsyncListener] = []
         self._closed = False

@@ -169,3 +169,46 @@ def migration(before: int | None, statements: list[str], *, dry_run: bool) -> Mi
         before=before, after=after, latest=_schema.LATEST, statements=tuple(statements), applied=not dry_run,
         language="sql",
     )
+
+
+def configure(
+    driver: Any, dsn_or_pool: object, *, pool_class: Callable[..., Any], caller_pool: type, auto_migrate: bool,
+    statement_timeout: object, call_timeout: object, pool_min: object, pool_max: object, pooler: object,
+    listen_url: object,
+) -> None:
+    """Set up a driver of either flavour from its constructor's arguments, checked (no I/O):
+    its timeouts, pooler mode, listen URL, and its pool: ``pool_class`` (jobcore's own) built
+    from a connection string, or the caller's ``caller_pool`` (psycopg_pool's, left open)."""
+    from ._notify import channel_for  # noqa: PLC0415
+    from ._pool import DEFAULT_CALL_TIMEOUT, connect_kwargs  # noqa: PLC0415 - _pool imports this module's peers
+    from ._sql import Statements  # noqa: PLC0415
+
+    driver.auto_migrate = bool(auto_migrate)
+    statement, call = timeouts(statement_timeout, call_timeout)
+    driver.call_timeout = None if call is None else call.total_seconds()
+    driver.pooler = check_pooler(pooler)
+    driver.listen_url = check_listen_url(listen_url)
+    driver._pooled = {"auto": None, "transaction": True, "none": False}[driver.pooler]
+    if isinstance(dsn_or_pool, str):
+        least = v.check_int(pool_min, "pool_min", 0, 1000)
+        driver._pool = pool_class(
+            dsn_or_pool, kwargs=connect_kwargs(
+                dsn_or_pool, statement_timeout=statement, call_timeout=call, pooler=driver.pooler,
+            ),
+            min_size=least, max_size=v.check_int(pool_max, "pool_max", max(1, least), 1000),
+            timeout=driver.call_timeout or DEFAULT_CALL_TIMEOUT,
+        )
+        driver._owns_pool = True
+    elif isinstance(dsn_or_pool, caller_pool):
+        driver._pool = dsn_or_pool
+        driver._owns_pool = False
+    else:
+        kind = caller_pool.__name__
+        raise OptionInvalid(
+            f"dsn_or_pool must be a connection string or a{'n' if kind[0] in 'AEIOU' else ''} {kind}, "
+            f"got {type(dsn_or_pool).__name__}",
+            f"pass 'postgresql://user@host/db' or a psycopg_pool.{kind}",
+        )
+    driver.q = Statements(driver.schema)
+    driver.channel = channel_for(driver.schema)
+    driver._schema_ok = False
