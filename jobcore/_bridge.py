@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Final, TypeVar
 
-from jobcore.errors import OptionInvalid
+from jobcore.errors import BackendUnavailable, OptionInvalid
 
 __all__ = ["SyncBridge", "bridged_factory"]
 
@@ -35,6 +35,7 @@ class _Loop:
     """An event loop running on a daemon thread of its own until :meth:`stop`."""
 
     def __init__(self, name: str) -> None:
+        self.stopped = False
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
@@ -46,6 +47,7 @@ class _Loop:
         self.loop.call_soon(ready.set)
         try:
             self.loop.run_forever()
+            self.loop.run_until_complete(asyncio.sleep(0))  # calls submitted before the stop become tasks
             pending = asyncio.all_tasks(self.loop)
             for task in pending:
                 task.cancel()
@@ -56,6 +58,7 @@ class _Loop:
             self.loop.close()
 
     def stop(self) -> None:
+        self.stopped = True
         with contextlib.suppress(RuntimeError):  # already closed
             self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10.0)
@@ -64,10 +67,11 @@ class _Loop:
 class _Waiter:
     """Runs coroutines on a loop and waits for them in the calling thread."""
 
-    __slots__ = ("loop",)
+    __slots__ = ("loop", "owner")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, owner: _Loop | None = None) -> None:
         self.loop = loop
+        self.owner = owner
 
     def wait(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -80,7 +84,19 @@ class _Waiter:
                 "a sync call through the bridge was made on the bridge's own event loop, which would wait on itself",
                 "await the async driver's verb there instead of calling the sync one",
             )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        if (self.owner is not None and self.owner.stopped) or self.loop.is_closed():
+            coro.close()
+            raise BackendUnavailable(
+                "the async driver behind this bridge was closed", "open a new driver; a closed one takes no calls"
+            )
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:  # the loop closed between the check and the submit
+            coro.close()
+            raise BackendUnavailable(
+                "the async driver behind this bridge was closed", "open a new driver; a closed one takes no calls"
+            ) from None
+        return future.result()
 
     def sync(self, method: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
         @functools.wraps(method)
@@ -130,7 +146,8 @@ class SyncBridge(_Proxy):
 
     def __init__(self, driver: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         own = _Loop(f"jobcore-bridge-{id(self):x}") if loop is None else None
-        super().__init__(driver, _Waiter(own.loop if own is not None else loop))  # type: ignore[arg-type]
+        waiter = _Waiter(own.loop, own) if own is not None else _Waiter(loop)  # type: ignore[arg-type]
+        super().__init__(driver, waiter)
         object.__setattr__(self, "_own", own)
 
     @property
@@ -173,11 +190,12 @@ def bridged_factory(
     @contextlib.contextmanager
     def factory(clock: Any) -> Iterator[SyncBridge]:
         own = _Loop("jobcore-bridge-factory")
-        waiter = _Waiter(own.loop)
+        waiter = _Waiter(own.loop, own)
         manager = open_driver(clock)
         try:
             driver = waiter.wait(manager.__aenter__())
             bridge = SyncBridge(driver, own.loop)
+            object.__setattr__(bridge, "_waiter", waiter)  # knows its loop is stopping, and refuses
             try:
                 yield bridge
             finally:

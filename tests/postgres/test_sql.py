@@ -92,7 +92,7 @@ def test_only_sql_composes_statements() -> None:
 def test_driver_executes_only_named_statements() -> None:
     """The driver modules pass statements from ``self.q`` / ``q`` (rendered constants), never literals."""
     for path in sorted(SOURCE.glob("*.py")):
-        if path.name in ("_schema.py", "_notify.py"):  # they execute what _sql.render answers
+        if path.name in ("_schema.py", "_schema_async.py", "_notify.py", "_anotify.py"):  # they run _sql.render output
             continue
         text = path.read_text()
         for match in re.finditer(r"(?<!def )(?:_fetch|execute)\(\s*([^,)\s]+)", text):
