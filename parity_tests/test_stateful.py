@@ -68,7 +68,8 @@ from jobcore.records import ClaimToken, Job, JobFilter, RetentionPolicy
 from jobcore.states import TRANSITIONS, Transition
 
 CI_EXAMPLES = {"memory": 300, "postgres": 100, "mongo": 20}
-"""Examples per driver in the derandomized CI profile; another driver runs 100."""
+"""Examples per driver in the derandomized CI profile; another driver runs 100. A driver's async
+flavour (``NAME-async``, through the bridge) runs as many as its sync one."""
 DEEP_EXAMPLES = 1000
 CI_ROUNDS = 3
 """In the CI profile, how many seeded runs of CI_EXAMPLES may search for a goal still unreached."""
@@ -102,7 +103,7 @@ def profile(driver_name: str) -> settings:
     if chosen not in ("ci", "deep"):
         raise pytest.UsageError(f"JOBCORE_STATEFUL must be ci or deep, got {chosen!r}")
     deep = chosen == "deep"
-    count = DEEP_EXAMPLES if deep else CI_EXAMPLES.get(driver_name, 100)
+    count = DEEP_EXAMPLES if deep else CI_EXAMPLES.get(driver_name.removesuffix("-async"), 100)
     return settings(
         max_examples=int(os.environ.get("JOBCORE_STATEFUL_EXAMPLES", count)),
         stateful_step_count=STEPS,
