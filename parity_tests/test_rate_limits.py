@@ -156,7 +156,7 @@ def test_T03_rate_and_concurrency_limits_combine(driver: JobDriver, clock: Manua
         wait_until(free, what="the concurrency slot to be given back")
         clock.advance(seconds=5)  # past the concurrency retry delay (0.5-1.5 s), well inside the window
         _settle_quietly(starts, 2)  # then the rate: two per window
-        clock.advance(WINDOW)  # the first start's slot expired: one more may start
+        clock.advance(WINDOW - timedelta(seconds=1))  # the first start's slot expired, the second's not yet
         _settle_quietly(starts, 3)
         wait_until(free, what="the concurrency slot to be given back")
         clock.advance(seconds=5)  # and the last, once the concurrency slot is free again
