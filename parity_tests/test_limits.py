@@ -418,8 +418,7 @@ def test_O06_spread_of_exactly_max_spread(driver: JobDriver, clock: ManualClock)
 
 
 def test_G03_progress_message_of_exactly_max_progress_message(driver: JobDriver) -> None:
-    """A progress message of MAX_PROGRESS_MESSAGE characters (not bytes: each is 3 in UTF-8) is
-    stored whole; one character more is refused and the stored progress stays as it was."""
+    """A message of MAX_PROGRESS_MESSAGE 3-byte characters is stored whole; one more is refused, nothing written."""
     job = driver.enqueue("a")
     token = claim_one(driver).token
     longest = "\u20ac" * L.MAX_PROGRESS_MESSAGE

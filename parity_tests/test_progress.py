@@ -25,8 +25,7 @@ def _stored(driver: JobDriver, job_id: str) -> Job:
 
 
 def test_G01_progress_is_stored_and_read_back_with_the_store_time(driver: JobDriver, clock: ManualClock) -> None:
-    """A current token's progress lands (True) and every read shows it, stamped with the store's now;
-    the next report replaces it whole."""
+    """A current token's progress lands, every read shows it stamped with store time; the next replaces it."""
     job = driver.enqueue("a")
     assert job.progress is None
     token = claim_one(driver).token
@@ -76,8 +75,7 @@ def test_G01_text_that_looks_like_an_operator_or_markup_is_stored_as_given(drive
 
 
 def test_G01_a_worker_stores_what_the_handler_reports(driver: JobDriver) -> None:
-    """A handler's ``ctx.progress`` reaches the store while it runs (within the progress interval),
-    and its last report is stored before the job settles."""
+    """ctx.progress reaches the store while the handler runs, and its last report before the job settles."""
     registry = Registry()
     reported, release = threading.Event(), threading.Event()
 
@@ -173,8 +171,7 @@ BAD: list[tuple[Any, Any]] = [
 
 
 def test_G03_bad_values_are_refused_and_nothing_is_written(driver: JobDriver, clock: ManualClock) -> None:
-    """A value that is not a finite number from 0 to 1, or a message that is not text within the
-    limit, is refused with JC_OPTION_INVALID; the stored progress (time included) stays as it was."""
+    """Bad values and messages are refused with JC_OPTION_INVALID; the stored progress stays as it was."""
     job = driver.enqueue("a")
     token = claim_one(driver).token
     assert driver.progress(token, 0.5, "ok") is True
@@ -232,8 +229,7 @@ def test_G04_a_settled_attempt_keeps_its_last_progress(driver: JobDriver, clock:
 
 
 def test_G04_the_next_claim_starts_without_progress(driver: JobDriver, clock: ManualClock) -> None:
-    """A retried job shows its last attempt's progress until a claim takes it again; that claim
-    (and every later read) shows none until the new attempt reports."""
+    """A retried job keeps its last attempt's progress until the next claim, which clears it."""
     job = driver.enqueue("a", max_attempts=3)
     token = claim_one(driver).token
     assert driver.progress(token, 0.7, "first attempt") is True
@@ -248,8 +244,7 @@ def test_G04_the_next_claim_starts_without_progress(driver: JobDriver, clock: Ma
 
 
 def test_G04_a_reclaim_clears_progress_and_a_burial_keeps_it(driver: JobDriver, clock: ManualClock) -> None:
-    """A lapsed lease reclaimed by a claim starts over without progress; one buried on its final
-    attempt keeps what that attempt last stored."""
+    """A lapsed lease reclaimed starts over without progress; one buried on its final attempt keeps it."""
     reclaimed = driver.enqueue("a", queue="again", max_attempts=2)
     buried = driver.enqueue("a", queue="again", max_attempts=1, priority=-1)
     first = driver.claim(["again"], worker_id="w1", limit=2, lease=10).claimed

@@ -17,10 +17,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from jobcore.errors import NotSupported
-
 from jobcore import events
-from jobcore.errors import JobTimeout
+from jobcore.errors import JobTimeout, NotSupported
 from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus
 from jobcore.worker._execution import error_type, handler_error
 from jobcore.worker._settling import RETRY_CAP
