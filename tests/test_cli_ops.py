@@ -250,7 +250,9 @@ def test_show_ls_and_json_show_a_running_jobs_stored_progress(run: Run, driver: 
     assert "(12s ago)" in line
     assert "progress     -" in run("show", quiet.id)[1]
     data = _json(run("show", job.id, "--json")[1])
-    assert data["progress"] == {"value": 0.4, "message": "row 400 of 1000", "updated_at": "2030-01-01T12:00:00.000+00:00"}
+    assert data["progress"] == {
+        "value": 0.4, "message": "row 400 of 1000", "updated_at": "2030-01-01T12:00:00.000+00:00",
+    }
     assert _json(run("show", quiet.id, "--json")[1])["progress"] is None
     listed = {j["id"]: j["progress"] for j in _json(run("ls", "--json")[1])["jobs"]}
     assert listed == {job.id: data["progress"], quiet.id: None}

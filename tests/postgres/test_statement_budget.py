@@ -24,8 +24,8 @@ Budgets reached in issue 7:
 from __future__ import annotations
 
 import math
-import time
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
