@@ -411,7 +411,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     paging.add_argument("--before", metavar="CURSOR", help="the next newer page (a cursor printed by ls)")
     p.set_defaults(func=_cmd_ls)
 
-    p = add("show", "one job in full: payload, result, lease and error history")
+    p = add("show", "one job in full: payload, result, lease, progress and error history")
     p.add_argument("id", metavar="ID")
     p.set_defaults(func=_cmd_show)
 
