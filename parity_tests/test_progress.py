@@ -261,3 +261,21 @@ def test_G04_a_reclaim_clears_progress_and_a_burial_keeps_it(driver: JobDriver, 
     assert result.buried[0].progress == kept
     assert _stored(driver, buried.id).progress == kept
     assert _stored(driver, buried.id).state is JobState.DEAD
+
+
+def test_G04_operator_verbs_keep_progress_until_the_next_claim(driver: JobDriver) -> None:
+    """Cancelling a running job, requeueing it and promoting it keep its progress; the claim that follows clears it."""
+    job = driver.enqueue("a", max_attempts=5)
+    token = claim_one(driver).token
+    assert driver.progress(token, 0.6, "cancelled at 60%") is True
+    kept = _stored(driver, job.id).progress
+    assert kept is not None
+    cancelled = driver.introspect.cancel(job.id, "operator")
+    assert cancelled.state is JobState.CANCELLED
+    assert cancelled.progress == kept
+    requeued = driver.introspect.requeue(job.id)
+    assert requeued.state is JobState.READY
+    assert requeued.progress == kept
+    again = claim_one(driver)
+    assert (again.job.id, again.job.progress) == (job.id, None)
+    assert _stored(driver, job.id).progress is None

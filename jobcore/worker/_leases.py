@@ -89,14 +89,10 @@ class Leases:
         while not self.stopped:
             with w._attempts.lock:
                 attempts = list(w._attempts.active.values())
-            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval, w.progress_interval)
+            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval)
             for attempt in attempts:
                 if w._killed or self.stopped:
                     return
-                if attempt.ctx.progress_seq != attempt.progress_sent and attempt.status is S.RUNNING:
-                    if time.monotonic() >= attempt.progress_due:
-                        self.send_progress(attempt)
-                    next_wake = min(next_wake, attempt.progress_due)
                 if attempt.status in RENEWED:
                     if time.monotonic() >= attempt.next_beat:
                         try:
@@ -105,6 +101,14 @@ class Leases:
                             attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
                             attempt.next_beat = time.monotonic() + w.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
+            # Progress after every renewal due: a slow progress write never delays a heartbeat of this round.
+            for attempt in attempts:
+                if attempt.ctx.progress_seq != attempt.progress_sent and attempt.status is S.RUNNING:
+                    if w._killed or self.stopped:
+                        return
+                    if time.monotonic() >= attempt.progress_due:
+                        self.send_progress(attempt)
+                    next_wake = min(next_wake, attempt.progress_due)
             self.beater_wake.wait(max(0.0, next_wake - time.monotonic()))
             self.beater_wake.clear()
 
