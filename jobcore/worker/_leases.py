@@ -89,7 +89,7 @@ class Leases:
         while not self.stopped:
             with w._attempts.lock:
                 attempts = list(w._attempts.active.values())
-            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval)
+            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval, w.progress_interval)
             for attempt in attempts:
                 if w._killed or self.stopped:
                     return
