@@ -570,6 +570,21 @@ class JobDriver(Protocol):
         """
         ...
 
+    def progress(self, token: ClaimToken, value: float | None = None, message: str | None = None) -> bool:
+        """Store the attempt's progress on its job while ``token`` is current (G01).
+
+        Writes ``Job.progress = Progress(value, message, updated_at=now)`` (the store's
+        clock), replacing the previous one, and answers ``True``. Fenced like ``heartbeat``:
+        a token that is not current answers ``False`` and changes nothing (G02). It moves
+        nothing else (not the lease: that is ``heartbeat``'s). ``value`` must be ``None`` or
+        a finite number from 0 to 1, ``message`` ``None`` or text of at most
+        ``MAX_PROGRESS_MESSAGE`` (500) characters; anything else is refused
+        (``JC_OPTION_INVALID``) and nothing is written (G03). The next claim of the job
+        clears its progress; a settle (ack, nack, burial) keeps it (G04). Workers call this
+        for ``ctx.progress``, throttled (``Worker(progress_interval=...)``).
+        """
+        ...
+
     def ack(self, token: ClaimToken, result: Any = None) -> Job | None:
         """Finish the job ``done`` with its JSON ``result`` (S01).
 
@@ -689,6 +704,10 @@ class AsyncJobDriver(Protocol):
 
     async def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
         """See :meth:`JobDriver.heartbeat`."""
+        ...
+
+    async def progress(self, token: ClaimToken, value: float | None = None, message: str | None = None) -> bool:
+        """See :meth:`JobDriver.progress`."""
         ...
 
     async def ack(self, token: ClaimToken, result: Any = None) -> Job | None:

@@ -37,6 +37,7 @@ __all__ = [
     "LeaseSlot",
     "Migration",
     "Page",
+    "Progress",
     "PruneResult",
     "RescueResult",
     "RetentionPolicy",
@@ -192,6 +193,23 @@ class JobError:
 
 @_record
 @attrs.frozen(kw_only=True)
+class Progress:
+    """A job's latest stored progress (rules G): what its running attempt last reported.
+
+    Attributes:
+        value: The fraction done, 0..1, or ``None`` when only a message was given.
+        message: A short text (at most :data:`jobcore.validate.MAX_PROGRESS_MESSAGE`
+            characters), or ``None``.
+        updated_at: When the store wrote it, by the store's clock (F01).
+    """
+
+    value: float | None = None
+    message: str | None = None
+    updated_at: datetime = attrs.field(validator=check_aware)
+
+
+@_record
+@attrs.frozen(kw_only=True)
 class Job:
     """A job as the store holds it now.
 
@@ -215,6 +233,8 @@ class Job:
         result: JSON result stored by ``ack``.
         last_error: The latest entry of ``errors``.
         errors: Error history, oldest first.
+        progress: The latest progress its running (or last) attempt stored (rules G), or
+            ``None``: cleared by the next claim, kept when the attempt settles.
         duplicate: True only on the answer of an ``enqueue`` that found a live holder
             of its key and inserted nothing (E02).
     """
@@ -238,6 +258,7 @@ class Job:
     result: Any = None
     last_error: JobError | None = None
     errors: tuple[JobError, ...] = ()
+    progress: Progress | None = None
     duplicate: bool = attrs.field(default=False, eq=False)
 
     positional: ClassVar[Callable[..., Job]]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -69,6 +68,9 @@ class JobContext:
         self.reason: str | None = None
         self.progress_value: float | None = None
         self.progress_message: str | None = None
+        self.progress_seq = 0
+        """How many times :meth:`progress` was called: the worker stores the latest report
+        when this moved since its last write (throttled, rules G)."""
         self._timed_out = False
         self.log = log if log is not None else job_logger(_log, job)
         self.lease_left: Callable[[], float] | None = None
@@ -126,17 +128,26 @@ class JobContext:
             )
 
     def progress(self, value: float | None = None, message: str | None = None) -> None:
-        """Report progress (a fraction 0..1 and/or a message); logged, kept on the context."""
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise OptionInvalid(f"progress must be a finite number, got {value!r}", "pass a fraction 0..1")
-            self.progress_value = float(value)
-        if message is not None:
-            self.progress_message = str(message)
-        self.log.debug(
-            "progress %s %s", "" if value is None else f"{value:.0%}", message or "",
-            extra={"progress": self.progress_value},
-        )
+        """Report progress: a fraction 0..1 and/or a short message (at most 500 characters).
+
+        ``None`` keeps the previous value (or message). Costs no store call here: a worker
+        stores the latest report on the job at most once per ``progress_interval`` (default
+        1 s) and once more before the attempt settles when it changed since (rules G), so
+        a handler may call this as often as it likes. A value that is not a finite number
+        from 0 to 1, or a message that is not text within the limit, is refused
+        (``JC_OPTION_INVALID``) and nothing changes. Logged at DEBUG with the job's id.
+        """
+        fraction, text = v.check_progress(value, message)
+        if fraction is not None:
+            self.progress_value = fraction
+        if text is not None:
+            self.progress_message = text
+        self.progress_seq += 1  # after the values: a writer reading this first never misses them
+        if self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug(
+                "progress %s %s", "" if fraction is None else f"{fraction:.0%}", text or "",
+                extra={"progress": self.progress_value},
+            )
 
 
 def job_logger(logger: logging.Logger, job: Job | None) -> logging.LoggerAdapter[Any]:

@@ -120,7 +120,7 @@ class JobTester:
             if handle is not None:
                 assert ctx is not None
                 outcome = _run_to_end(run_async(handle, job, ctx)) if handle.is_async else run_sync(handle, job, ctx)
-            settled, raised = self._settle(job, token, handle, outcome, raised)
+            settled, raised = self._settle(job, token, handle, outcome, raised, ctx=ctx)
             ran.append(settled)
             if raised is not None and raise_errors:
                 raise raised
@@ -144,7 +144,7 @@ class JobTester:
             if handle is not None:
                 assert ctx is not None
                 outcome = await run_async(handle, job, ctx) if handle.is_async else run_sync(handle, job, ctx)
-            settled, raised = self._settle(job, token, handle, outcome, raised)
+            settled, raised = self._settle(job, token, handle, outcome, raised, ctx=ctx)
             ran.append(settled)
             if raised is not None and raise_errors:
                 raise raised
@@ -173,8 +173,14 @@ class JobTester:
 
     def _settle(
         self, job: Job, token: Any, handle: JobHandle | None, outcome: Outcome | None, raised: BaseException | None,
+        *, ctx: JobContext | None = None,
     ) -> tuple[Job, BaseException | None]:
-        """Settle one attempt through the worker's own execution code (W07 and retries)."""
+        """Settle one attempt through the worker's own execution code (W07 and retries).
+
+        The handler's last ``ctx.progress`` report is stored first, as a worker's settler
+        stores it (rules G), so a test reads it on the settled job."""
+        if ctx is not None and ctx.progress_seq:
+            self.driver.progress(token, ctx.progress_value, ctx.progress_message)
         if outcome is not None:
             raised = outcome.raised
             if raised is not None and not isinstance(raised, Exception):

@@ -53,6 +53,7 @@ from jobcore.vocabulary import (  # the limits, re-exported: drivers and checks 
     MAX_NAME_LENGTH,
     MAX_PAGE,
     MAX_PAYLOAD_BYTES,
+    MAX_PROGRESS_MESSAGE,
     MAX_PRUNE_ROWS,
     MAX_SPREAD,
     MIN_LEASE,
@@ -78,6 +79,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PROGRESS_MESSAGE",
     "MAX_PRUNE_ROWS",
     "MAX_SPREAD",
     "MIN_LEASE",
@@ -97,6 +99,7 @@ __all__ = [
     "check_name",
     "check_page",
     "check_pairs",
+    "check_progress",
     "check_prune",
     "check_schedule_definition",
     "check_schedule_name",
@@ -232,6 +235,38 @@ def token_claim_no(token: ClaimToken) -> int | None:
     if type(claim_no) is not int or not 0 <= claim_no <= MAX_CLAIM_NO:
         return None
     return claim_no
+
+
+def check_progress(value: object, message: object) -> tuple[float | None, str | None]:
+    """A progress report (rules G, G03): ``value`` a finite fraction 0..1 or None, ``message``
+    text of at most :data:`MAX_PROGRESS_MESSAGE` characters (no NUL) or None."""
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise OptionInvalid(
+                f"progress value must be a number, got {type(value).__name__} {value!r:.60}",
+                "pass a fraction from 0 to 1 (0.25 for a quarter done), or None",
+            )
+        if not math.isfinite(value) or not 0 <= value <= 1:
+            raise OptionInvalid(
+                f"progress value must be a finite fraction from 0 to 1, got {value!r:.60}",
+                "pass done / total (a fraction from 0 to 1), not a percentage",
+            )
+        value = float(value)
+    if message is not None:
+        if not isinstance(message, str):
+            raise OptionInvalid(
+                f"progress message must be a str, got {type(message).__name__} {message!r:.60}",
+                "pass the message as text, or None",
+            )
+        if len(message) > MAX_PROGRESS_MESSAGE:
+            raise OptionInvalid(
+                f"progress message must be at most {MAX_PROGRESS_MESSAGE} characters, got {len(message)}",
+                "shorten the message; put details in the job's logs or result",
+            )
+        if "\x00" in message or not _encodable(message):
+            raise OptionInvalid("progress message contains a NUL or an unpaired surrogate", "pass plain text")
+        message = str(message)
+    return value, message
 
 
 def check_tokens(values: object) -> list[ClaimToken]:

@@ -54,6 +54,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PROGRESS_MESSAGE",
     "MAX_PRUNE_ROWS",
     "MAX_SPREAD",
     "MIN_LEASE",
@@ -172,6 +173,8 @@ MAX_PAYLOAD_BYTES: Final = 1024 * 1024
 """Largest payload or result, as UTF-8 JSON text."""
 MAX_ERROR_TEXT_BYTES: Final = 16 * 1024
 """Largest error message (UTF-8). The worker truncates its own texts to fit."""
+MAX_PROGRESS_MESSAGE: Final = 500
+"""Most characters of a progress message (rules G); a longer one is refused, nothing written."""
 MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of lists and dicts in a payload or result."""
 MAX_NAME_LENGTH: Final = 200

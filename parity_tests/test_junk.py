@@ -187,6 +187,7 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
             "queues": ["default"], "worker_id": "w2", "limit": 1, "lease": 30, "drop_exhausted": ("junk",),
         }),
         "heartbeat": lambda: (d.heartbeat, {"token": w.token(), "lease": 30}),
+        "progress": lambda: (d.progress, {"token": w.token(), "value": 0.5, "message": "half"}),
         "ack": lambda: (d.ack, {"token": w.token(), "result": {"ok": 1}}),
         "ack_many": lambda: (d.ack_many, {"items": [(w.token(), {"ok": 2})]}),
         "nack": lambda: (d.nack, {
@@ -377,13 +378,14 @@ def test_E05_one_junk_spec_refuses_the_whole_batch(world: World, position: int, 
 
 
 @WIDE_SETTINGS
-@given(token=tokens_with_junk, verb=st.sampled_from(["heartbeat", "ack", "ack_many", "nack"]))
+@given(token=tokens_with_junk, verb=st.sampled_from(["heartbeat", "progress", "ack", "ack_many", "nack"]))
 def test_L03_tokens_with_junk_inside_match_nothing_and_never_raise(world: World, token: ClaimToken, verb: str) -> None:
     """A ClaimToken no claim handed out, whatever its fields hold, is answered False/None like a stale one."""
     world.prepare()
     before = world.snapshot()
     calls: dict[str, Callable[[], Any]] = {
         "heartbeat": lambda: world.driver.heartbeat(token, 30),
+        "progress": lambda: world.driver.progress(token, 0.5, "half"),
         "ack": lambda: world.driver.ack(token, {"ok": 1}),
         "ack_many": lambda: world.driver.ack_many([(token, None), (token, 1)]),
         "nack": lambda: world.driver.nack(token, "boom", fail=True),

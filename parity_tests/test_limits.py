@@ -58,6 +58,7 @@ class L:
     DEFAULT_PRUNE_ROWS = 10_000
     DEFAULT_PRUNE_BATCH = 500
     MAX_LEASE_SLOTS = 1_000_000
+    MAX_PROGRESS_MESSAGE = 500
     MAX_QUEUES = 100
     MAX_CHART_MINUTES = 1440
 
@@ -411,6 +412,23 @@ def test_O06_spread_of_exactly_max_spread(driver: JobDriver, clock: ManualClock)
     assert driver.introspect.requeue_many(None, spread=L.MAX_SPREAD).affected == 2
     due = sorted(driver.introspect.get(j.id).run_at for j in finished)  # type: ignore[union-attr]
     assert due == [clock.now(), clock.now() + L.MAX_SPREAD / 2]
+
+
+# --- MAX_PROGRESS_MESSAGE -------------------------------------------------------------------
+
+
+def test_G03_progress_message_of_exactly_max_progress_message(driver: JobDriver) -> None:
+    """A message of MAX_PROGRESS_MESSAGE 3-byte characters is stored whole; one more is refused, nothing written."""
+    job = driver.enqueue("a")
+    token = claim_one(driver).token
+    longest = "\u20ac" * L.MAX_PROGRESS_MESSAGE
+    assert driver.progress(token, 0.5, longest) is True
+    with refused("JC_OPTION_INVALID"):
+        driver.progress(token, 0.75, longest + "x")
+    got = driver.introspect.get(job.id)
+    assert got is not None
+    assert got.progress is not None
+    assert (got.progress.value, got.progress.message) == (0.5, longest)
 
 
 # --- MAX_PRUNE_ROWS, DEFAULT_PRUNE_ROWS and DEFAULT_PRUNE_BATCH -----------------------------

@@ -89,6 +89,7 @@ def test_bad_input_gets_the_same_coded_refusal_on_both_flavours_and_writes_nothi
         ("claim", ([],), {"worker_id": "w", "lease": 30}),
         ("claim", (["q"],), {"worker_id": "w", "lease": 0}),
         ("heartbeat", ("not a token", 30), {}),
+        ("progress", ("not a token", 0.5), {}),
         ("nack", ("not a token", "boom"), {}),
     ]
     sync_driver = MemoryDriver()

@@ -232,6 +232,37 @@ def test_show_json_is_job_to_dict(run: Run, driver: JobDriver) -> None:
     ]
 
 
+def test_show_ls_and_json_show_a_running_jobs_stored_progress(run: Run, driver: JobDriver, clock: ManualClock) -> None:
+    """show prints a bar, the percent, the message and its age; --json carries it; ls adds a
+    PROGRESS column for running jobs once one on the page reported (rules G)."""
+    quiet = driver.enqueue("quiet", queue="other")
+    job = driver.enqueue("import_rows", {"file": "a.csv"})
+    token = driver.claim(["default"], worker_id="w1", lease=LEASE).claimed[0].token
+    header = run("ls")[1].splitlines()[0]
+    assert "PROGRESS" not in header  # nobody reported: the table is as it was
+    assert driver.progress(token, 0.4, "row 400 of 1000")
+    clock.advance(seconds=12)
+    status, out, _ = run("show", job.id)
+    assert status == 0
+    line = next(li for li in out.splitlines() if li.strip().startswith("progress"))
+    assert "[########------------]  40%" in line
+    assert "row 400 of 1000" in line
+    assert "(12s ago)" in line
+    assert "progress     -" in run("show", quiet.id)[1]
+    data = _json(run("show", job.id, "--json")[1])
+    assert data["progress"] == {
+        "value": 0.4, "message": "row 400 of 1000", "updated_at": "2030-01-01T12:00:00.000+00:00",
+    }
+    assert _json(run("show", quiet.id, "--json")[1])["progress"] is None
+    listed = {j["id"]: j["progress"] for j in _json(run("ls", "--json")[1])["jobs"]}
+    assert listed == {job.id: data["progress"], quiet.id: None}
+    header, *rows = run("ls")[1].splitlines()
+    assert header.split()[:6] == ["ID", "STATE", "QUEUE", "NAME", "ATTEMPT", "PROGRESS"]
+    row = next(r for r in rows if r.startswith(job.id))
+    assert "40% row 400 of 1000" in row
+    assert header.index("PROGRESS") == row.index("40%")
+
+
 def test_show_unknown_id_exits_with_not_found_status(run: Run) -> None:
     """An unknown or malformed id is JC_JOB_NOT_FOUND, status 3."""
     for job_id in ("999", "not-an-id"):

@@ -106,6 +106,18 @@ def test_worker_command_refuses_a_missing_or_empty_module(
     assert "declares no jobs" in capsys.readouterr().err
 
 
+def test_worker_command_refuses_a_progress_interval_that_is_not_a_positive_duration(
+    jobs_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--progress-interval 0 exits 2 with JC_OPTION_INVALID naming the option; nothing is claimed."""
+    driver = MemoryDriver()
+    job = driver.enqueue("cli.hello", "ada", queue="cli")
+    assert main(["worker", str(jobs_file), "--progress-interval", "0"], driver=driver) == 2
+    err = capsys.readouterr().err
+    assert "error JC_OPTION_INVALID: progress_interval" in err
+    assert driver.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("queues", ["", " ", ",", " , ,"], ids=["empty", "space", "comma", "commas"])
 def test_worker_command_refuses_queues_naming_no_queue(
     jobs_file: Path, capsys: pytest.CaptureFixture[str], queues: str

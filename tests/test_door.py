@@ -53,6 +53,10 @@ class Recording:
         self.calls.append(("heartbeat", (token, lease)))
         return True
 
+    def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
+        self.calls.append(("progress", (token, value, message)))
+        return True
+
     def start(self, tokens: list[ClaimToken]) -> list[bool]:
         self.calls.append(("start", (tokens,)))
         return [True] * len(tokens)
@@ -111,6 +115,15 @@ JUNK: list[tuple[str, Callable[[FrontDoor], object]]] = [
     ("heartbeat token", lambda d: d.heartbeat("token", 5)),  # type: ignore[arg-type]
     ("heartbeat lease", lambda d: d.heartbeat(TOKEN, float("nan"))),
     ("start tokens", lambda d: d.start([TOKEN, "x"])),  # type: ignore[list-item]
+    ("progress token", lambda d: d.progress("token", 0.5)),  # type: ignore[arg-type]
+    ("progress above 1", lambda d: d.progress(TOKEN, 1.01)),
+    ("progress below 0", lambda d: d.progress(TOKEN, -0.1)),
+    ("progress nan", lambda d: d.progress(TOKEN, float("nan"))),
+    ("progress bool", lambda d: d.progress(TOKEN, True)),
+    ("progress text value", lambda d: d.progress(TOKEN, "50%")),  # type: ignore[arg-type]
+    ("progress message type", lambda d: d.progress(TOKEN, 0.5, 42)),  # type: ignore[arg-type]
+    ("progress message too long", lambda d: d.progress(TOKEN, None, "x" * (v.MAX_PROGRESS_MESSAGE + 1))),
+    ("progress message NUL", lambda d: d.progress(TOKEN, None, "a\x00b")),
     ("ack result", lambda d: d.ack(TOKEN, float("inf"))),
     ("ack_many one bad result", lambda d: d.ack_many([(TOKEN, 1), (OTHER, object())])),
     ("ack_many landed_only", lambda d: d.ack_many([(TOKEN, 1)], landed_only=1)),  # type: ignore[call-overload]
@@ -158,9 +171,10 @@ def test_the_backend_receives_checked_values() -> None:
     door.enqueue("n", {"b": 1, "a": [1.5]}, delay=1.5)
     door.claim(["q", "q", "r"], worker_id="w", limit=3, lease=30, drop_exhausted=["x"], start=False)
     door.heartbeat(TOKEN, 2)
+    door.progress(TOKEN, 1, "x" * v.MAX_PROGRESS_MESSAGE)
     door.ack(TOKEN, {"ok": True})
     door.nack(TOKEN, ValueError("bad"), retry_at=NOW)
-    (insert, (jobs, connection)), claim, heartbeat, ack, nack = backend.calls
+    (insert, (jobs, connection)), claim, heartbeat, progress, ack, nack = backend.calls
     assert insert == "insert"
     assert connection is None
     assert jobs == [v.StoreTimedJob(
@@ -169,6 +183,8 @@ def test_the_backend_receives_checked_values() -> None:
     )]
     assert claim == ("claim", (("q", "r"), "w", 3, timedelta(seconds=30), frozenset({"x"}), False))
     assert heartbeat == ("heartbeat", (TOKEN, timedelta(seconds=2)))
+    assert progress == ("progress", (TOKEN, 1.0, "x" * v.MAX_PROGRESS_MESSAGE))
+    assert type(progress[1][1]) is float
     assert ack == ("ack_many", ([(TOKEN, '{"ok":true}')], False))
     assert nack == ("nack", (TOKEN, "ValueError", "bad", NOW, True, False, True, False))
 
@@ -185,6 +201,20 @@ def test_landed_only_goes_to_a_backend_declaring_it() -> None:
     backend = Recording(frozenset({"ack_landed_only"}))
     assert FrontDoor(backend).ack_many([(TOKEN, None)], landed_only=True) == [True]
     assert backend.calls == [("ack_many", ([(TOKEN, None)], True))]
+
+
+def test_progress_on_a_backend_without_the_verb_is_not_supported() -> None:
+    """A third-party backend written before the verb: JC_NOT_SUPPORTED, the rest of the door works."""
+
+    class Older(Recording):
+        progress = None  # type: ignore[assignment]
+
+    backend = Older()
+    door = FrontDoor(backend)
+    with pytest.raises(NotSupported) as refused:
+        door.progress(TOKEN, 0.5)
+    assert refused.value.code == "JC_NOT_SUPPORTED"
+    assert door.heartbeat(TOKEN, 5) is True
 
 
 def test_held_claims_are_refused_without_deferred_start() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from jobcore import Registry
@@ -54,3 +56,26 @@ def test_a_terminal_exception_fails_the_job_at_once() -> None:
         last_error = jobs.assert_enqueued("refuses").last_error
         assert last_error is not None
         assert (last_error.type, last_error.message) == ("ValueError", "no 7")
+
+
+def test_run_due_stores_the_handlers_last_progress_report_with_the_settle() -> None:
+    """ctx.progress in a test: the settled job carries the last report, as a worker stores it (rules G)."""
+    registry = Registry()
+
+    @registry.job(name="import_rows")
+    def import_rows(payload: int, ctx: Any) -> None:
+        for n in range(1, payload + 1):
+            ctx.progress(n / payload, f"row {n} of {payload}")
+
+    @registry.job(name="quiet")
+    def quiet(payload: int) -> None:
+        return None
+
+    with job_tester(registry=registry) as jobs:
+        import_rows.enqueue(40)
+        quiet.enqueue(1)
+        settled = {j.name: j for j in jobs.run_due()}
+    progress = settled["import_rows"].progress
+    assert progress is not None
+    assert (progress.value, progress.message) == (1.0, "row 40 of 40")
+    assert settled["quiet"].progress is None

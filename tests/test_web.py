@@ -136,6 +136,30 @@ def test_job_page_shows_payload_errors_and_lease(driver: JobDriver, client: Test
     assert "JC_JOB_NOT_FOUND" in missing.text
 
 
+def test_job_page_and_jobs_list_show_stored_progress(driver: JobDriver, client: TestClient, clock: ManualClock) -> None:
+    """A running job's progress: a <progress> bar, percent, message and age; the list adds a
+    Progress column only while a running job on it reported (rules G)."""
+    quiet = driver.enqueue("quiet", queue="other").id
+    assert "<th>Progress</th>" not in client.get("/jobs").text
+    job = driver.enqueue("import_rows", queue="img")
+    token = driver.claim(["img"], worker_id="w", lease=LEASE).claimed[0].token
+    assert driver.progress(token, 0.4, "row 400 of 1000") is True
+    clock.advance(seconds=12)
+    html = client.get(f"/jobs/{job.id}").text
+    assert '<progress max="1" value="0.4">40%</progress> <span class="pct">40%</span>' in html
+    assert '<span class="msg">row 400 of 1000</span> <span class="muted">(12s ago)</span>' in html
+    assert "<dt>Progress</dt><dd class=\"progress\">-</dd>" in client.get(f"/jobs/{quiet}").text
+    listing = client.get("/jobs").text
+    assert "<th>Progress</th>" in listing
+    assert listing.count("<progress ") == 1
+    assert '<span class="msg">row 400 of 1000</span>' in listing
+    assert driver.progress(token, None, EVIL) is True  # no fraction: an indeterminate bar; the text escaped
+    html = client.get(f"/jobs/{job.id}").text
+    assert '<progress max="1"></progress>' in html
+    assert "<script>window" not in html
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+
+
 def test_dead_letters_page_lists_dead_jobs_only(driver: JobDriver, client: TestClient) -> None:
     dead = _fail(driver, "gave up", queue="mail")
     failed = _fail(driver, "no retry", queue="mail", dead=False)

@@ -135,7 +135,9 @@ def test_click_through_every_page_and_run_every_verb(driver: JobDriver, page: An
     dead = _park(driver, "reports", "dead")
     parked = _park(driver, "held", "suspended")
     driver.enqueue("transcode", queue="video")
-    running = driver.claim(["video"], worker_id="worker-7", lease=LEASE).claimed[0].job.id
+    transcoding = driver.claim(["video"], worker_id="worker-7", lease=LEASE).claimed[0]
+    running = transcoding.job.id
+    assert driver.progress(transcoding.token, 0.4, "frame 400 " + EVIL) is True
     definition = ScheduleDefinition(name="nightly", trigger=every(timedelta(hours=1)), job="digest")
     driver.schedules.declare("nightly", definition.to_json())
 
@@ -149,6 +151,19 @@ def test_click_through_every_page_and_run_every_verb(driver: JobDriver, page: An
         page.click("nav >> text=Jobs")
         page.wait_for_url("**/jobs")
         assert page.locator("table.jobs tbody tr").count() == 5
+        # The running job's stored progress (rules G): a bar, its percent and its message, as text.
+        row = page.locator(f"table.jobs tbody tr:has(a[href='/jobs/{running}'])")
+        assert row.locator("progress").get_attribute("value") == "0.4"
+        assert "40%" in row.inner_text()
+        assert "frame 400" in row.inner_text()
+        assert page.locator("table.jobs th:has-text('Progress')").is_visible()
+        page.goto(f"{server.url}/jobs/{running}")
+        shown = page.locator("dd.progress")
+        assert shown.locator("progress").get_attribute("value") == "0.4"
+        assert shown.locator(".msg").inner_text() == "frame 400 " + EVIL  # shown as text, exactly
+        assert "ago)" in shown.inner_text()
+        _not_pwned(page)
+        page.goto(server.url + "/jobs")
         page.fill("input[name=queue]", "mail")
         page.click("button:has-text('Filter')")
         page.wait_for_url("**/jobs?queue=mail**")

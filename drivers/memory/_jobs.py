@@ -31,6 +31,7 @@ from jobcore.records import (
     JobFilter,
     JobState,
     Migration,
+    Progress,
 )
 from jobcore.vocabulary import (
     CLAIMABLE_STATES,
@@ -60,7 +61,7 @@ class _Row:
 
     __slots__ = (
         "attempt", "attempted_at", "claim_no", "created_at", "errors", "finished_at", "held", "key",
-        "lease_expires_at", "max_attempts", "name", "payload", "priority", "queue", "result",
+        "lease_expires_at", "max_attempts", "name", "payload", "priority", "progress", "queue", "result",
         "run_at", "seq", "state", "worker_id",
     )
 
@@ -86,6 +87,7 @@ class _Row:
         self.key = new.key
         self.result: str | None = None
         self.errors: list[JobError] = []
+        self.progress: Progress | None = None
 
     def job(self, *, duplicate: bool = False, started: datetime | None = None) -> Job:
         """The row as a record; with ``started``, as a held attempt will stand once started
@@ -98,7 +100,7 @@ class _Row:
             self.attempt if started is None else self.attempt + 1, self.max_attempts, self.run_at, self.created_at,
             self.attempted_at if started is None else started, self.finished_at, self.worker_id, self.claim_no,
             self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
-            errors[-1] if errors else None, errors, duplicate,
+            errors[-1] if errors else None, errors, self.progress, duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:
@@ -256,6 +258,7 @@ class MemoryJobs:
         row.state = RUNNING
         row.worker_id = worker
         row.claim_no += 1
+        row.progress = None  # progress belongs to an attempt: a new claim starts without (G04)
         row.held = not start
         if start:
             row.attempt += 1
@@ -337,6 +340,14 @@ class MemoryJobs:
                 return False
             row.lease_expires_at = to_millis(self._now() + lease)
             heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
+            return True
+
+    def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
+        with self._lock:
+            row = self._current(token)
+            if row is None:
+                return False
+            row.progress = Progress(value=value, message=message, updated_at=self._now())
             return True
 
     def start(self, tokens: list[ClaimToken]) -> list[bool]:

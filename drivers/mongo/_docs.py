@@ -14,6 +14,8 @@ A job is one document in ``<prefix>jobs``::
                    not started (F04); absent otherwise
     live_key       the key, present only while the job is live (partial unique index)
     errors         [{type, message, at, attempt}], oldest first
+    progress       {value (double or null), message (str or null), at (BSON date)}: the
+                   running or last attempt's progress (rules G); absent when none
     settle_mark    set by a batched ack_many: which item of which batch settled it
 
 Payloads and results are stored as JSON text, never as BSON documents, so keys that
@@ -33,7 +35,7 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 
 from jobcore import validate as v
 from jobcore.clock import to_millis
-from jobcore.records import Job, JobError, JobFilter, JobState
+from jobcore.records import Job, JobError, JobFilter, JobState, Progress
 
 __all__ = [
     "CLAIM_INDEX",
@@ -114,7 +116,16 @@ def to_job(doc: Mapping[str, Any], *, duplicate: bool = False) -> Job:
         finished_at=_when(doc.get("finished_at")), worker_id=doc.get("worker_id"), claim_no=doc.get("claim_no", 0),
         lease_expires_at=_when(doc.get("lease_expires_at")), key=doc.get("key"),
         result=v.decode_json(doc.get("result")), last_error=errors[-1] if errors else None, errors=errors,
-        duplicate=duplicate,
+        progress=_progress(doc.get("progress")), duplicate=duplicate,
+    )
+
+
+def _progress(entry: Any) -> Progress | None:
+    if not isinstance(entry, Mapping):
+        return None
+    value = entry.get("value")
+    return Progress(
+        value=None if value is None else float(value), message=entry.get("message"), updated_at=entry["at"],
     )
 
 

@@ -242,6 +242,17 @@ class MongoJobs:
         return found.matched_count == 1
 
     @translated
+    def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
+        fence = _fence(token)
+        if fence is None:
+            return False
+        now = self._d._now()
+        # A plain (not pipeline) update: the message is stored as given, never read as an operator.
+        entry = {"value": value, "message": message, "at": now}
+        found = self._jobs.update_one(fence, {"$set": {"progress": entry}})
+        return found.matched_count == 1
+
+    @translated
     def ack_many(self, items: list[tuple[ClaimToken, str | None]], landed_only: bool) -> list[Any]:
         if not items:
             return []
@@ -394,6 +405,7 @@ def _lapsed_stages(worker: str, now: datetime, expires: datetime, drop: frozense
             "attempt": pick("$attempt", {"$add": ["$attempt", 1]} if start else "$attempt"),
             "attempted_at": pick("$attempted_at", now if start else "$attempted_at"),
             "held": pick("$$REMOVE", "$$REMOVE" if start else {"$literal": True}),
+            "progress": pick("$progress", "$$REMOVE"),
         }},
         {"$unset": ["_final", "_held"]},
     ]
@@ -403,7 +415,7 @@ def _take_stages(worker: str, now: datetime, expires: datetime, start: bool) -> 
     """Pipeline making a claimable job ``running`` for ``worker`` (C06), its attempt started or held (F04)."""
     took: Doc = {
         "state": RUNNING, "worker_id": {"$literal": worker}, "claim_no": {"$add": ["$claim_no", 1]},
-        "lease_expires_at": expires,
+        "lease_expires_at": expires, "progress": "$$REMOVE",
     }
     if start:
         took |= {"attempt": {"$add": ["$attempt", 1]}, "attempted_at": now, "held": "$$REMOVE"}

@@ -209,6 +209,15 @@ class AsyncPostgresJobs:
         rows = await d._fetch(d.q.HEARTBEAT, {**fence, "now": d._now(), "lease_ms": lease // _MS}, retry=True)
         return bool(rows)
 
+    async def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
+        fence = _fence(token)
+        if fence is None:
+            return False
+        d = self._d
+        # Retried like heartbeat: writing the same progress twice is harmless.
+        rows = await d._fetch(d.q.PROGRESS, {**fence, "now": d._now(), "value": value, "message": message}, retry=True)
+        return bool(rows)
+
     async def start(self, tokens: list[ClaimToken]) -> list[bool]:
         """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
         d = self._d

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jobcore.clock import to_millis
-from jobcore.records import Job, JobError, JobFilter, JobState
+from jobcore.records import Job, JobError, JobFilter, JobState, Progress
 
 __all__ = ["EPOCH", "decode_stored", "epoch_ms", "filter_params", "job_from_row", "parse_id"]
 
@@ -51,11 +51,21 @@ def _error(entry: dict[str, Any]) -> JobError:
     )
 
 
+def _progress(entry: dict[str, Any] | None) -> Progress | None:
+    if entry is None:
+        return None
+    value = entry["value"]
+    return Progress(
+        value=None if value is None else float(value), message=entry["message"],
+        updated_at=_EPOCH + timedelta(milliseconds=entry["at"]),
+    )
+
+
 def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
     """The :class:`Job` of one row of ``JOB_COLUMNS``."""
     (
         id_, name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors,
+        attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors, progress,
     ) = row
     history = tuple(_error(e) for e in errors) if errors else ()
     return Job.positional(  # the row is the fields in declaration order, last_error and duplicate aside
@@ -64,7 +74,8 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
         None if attempted_at is None else attempted_at.astimezone(_UTC),
         None if finished_at is None else finished_at.astimezone(_UTC),
         worker_id, claim_no, None if lease_expires_at is None else lease_expires_at.astimezone(_UTC), key,
-        None if result is None else _loads(result), history[-1] if history else None, history, duplicate,
+        None if result is None else _loads(result), history[-1] if history else None, history,
+        None if progress is None else _progress(progress), duplicate,
     )
 
 

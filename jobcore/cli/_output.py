@@ -16,10 +16,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 
 from jobcore import errors
+from jobcore.records import Progress
 
 __all__ = [
     "EXIT_CODES", "STATE_COLOURS", "age", "clip", "exit_code_for", "iso", "note", "out", "print_error", "print_json",
-    "table", "when",
+    "progress_bar", "progress_cell", "progress_line", "table", "when",
 ]
 
 EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
@@ -112,6 +113,33 @@ def age(delta: timedelta) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def progress_bar(value: float | None, width: int = 20) -> str:
+    """``[##########----------]  50%`` for a fraction 0..1; ``[working...]`` without one."""
+    if value is None:
+        return "[working...]"
+    filled = round(max(0.0, min(1.0, value)) * width)
+    return f"[{'#' * filled}{'-' * (width - filled)}] {value:4.0%}"
+
+
+def progress_line(progress: Progress | None, now: datetime) -> str:
+    """A job's stored progress on one line: bar, percent, message and age, or ``-``."""
+    if progress is None:
+        return "-"
+    parts = [progress_bar(progress.value)]
+    if progress.message:
+        parts.append(" ".join(progress.message.split()))
+    parts.append(f"({age(now - progress.updated_at)} ago)")
+    return "  ".join(parts)
+
+
+def progress_cell(progress: Progress | None) -> str:
+    """A job's stored progress in a table cell: percent and message, clipped."""
+    if progress is None:
+        return "-"
+    percent = "" if progress.value is None else f"{progress.value:.0%}"
+    return clip(" ".join(p for p in (percent, progress.message or "") if p) or "reported", 30)
 
 
 def clip(text: str, width: int = 60) -> str:

@@ -21,7 +21,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobcore import validate as v
-from jobcore.cli._output import age, clip, iso, note, out, print_json, table, when
+from jobcore.cli._output import (
+    age,
+    clip,
+    iso,
+    note,
+    out,
+    print_json,
+    progress_cell,
+    progress_line,
+    table,
+    when,
+)
 from jobcore.cli._store import common_options, open_store, store_url
 from jobcore.cli._verbs import (
     STATE_ORDER,
@@ -36,7 +47,7 @@ from jobcore.cli._verbs import (
 )
 from jobcore.driver import JobDriver
 from jobcore.errors import OptionInvalid, redact
-from jobcore.records import Job, JobError, JobFilter
+from jobcore.records import Job, JobError, JobFilter, JobState
 from jobcore.vocabulary import GUARDS, not_found
 
 __all__ = ["job_to_dict", "register"]
@@ -71,6 +82,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "last_error": None if job.last_error is None else error_to_dict(job.last_error),
         "errors": [error_to_dict(e) for e in job.errors],
+        "progress": None if job.progress is None else {
+            "value": job.progress.value, "message": job.progress.message, "updated_at": iso(job.progress.updated_at),
+        },
     }
 
 
@@ -83,13 +97,18 @@ def _error_text(error: JobError | None) -> str:
 
 def _jobs_table(jobs: Sequence[Job], *, finished: bool = False) -> str:
     headers = ["ID", "STATE", "QUEUE", "NAME", "ATTEMPT", "FINISHED" if finished else "RUN AT", "CREATED", "LAST ERROR"]
-    rows = (
+    rows = [
         [
             j.id, j.state.value, j.queue, j.name, f"{j.attempt}/{j.max_attempts}",
             when(j.finished_at if finished else j.run_at), when(j.created_at), _error_text(j.last_error),
         ]
         for j in jobs
-    )
+    ]
+    if any(j.state is JobState.RUNNING and j.progress is not None for j in jobs):
+        # Running jobs' stored progress (rules G), only when one on the page reported some.
+        headers.insert(5, "PROGRESS")
+        for row, j in zip(rows, jobs, strict=True):
+            row.insert(5, progress_cell(j.progress) if j.state is JobState.RUNNING else "-")
     return table(headers, rows)
 
 
@@ -118,6 +137,7 @@ def _show_text(job: Job, now: datetime) -> str:
         ("attempted at", when(job.attempted_at)),
         ("finished at", when(job.finished_at)),
         ("lease", _lease_text(job, now)),
+        ("progress", progress_line(job.progress, now)),
         ("payload", _json_text(job.payload)),
         ("result", _json_text(job.result) if job.result is not None else "-"),
     ]
@@ -391,7 +411,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     paging.add_argument("--before", metavar="CURSOR", help="the next newer page (a cursor printed by ls)")
     p.set_defaults(func=_cmd_ls)
 
-    p = add("show", "one job in full: payload, result, lease and error history")
+    p = add("show", "one job in full: payload, result, lease, progress and error history")
     p.add_argument("id", metavar="ID")
     p.set_defaults(func=_cmd_show)
 

@@ -95,6 +95,10 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         help="seconds between one-line summaries of what the worker did (default 60; 0: none)",
     )
     parser.add_argument(
+        "--progress-interval", type=float, default=1.0,
+        help="seconds between two stores of one job's ctx.progress (default 1; the latest report is written)",
+    )
+    parser.add_argument(
         "--metrics-port", type=int, default=None,
         help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
     )
@@ -173,7 +177,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 rescue_interval=args.rescue_interval or None,
                 retention=None if args.no_prune else DEFAULT_RETENTION, prune_interval=args.prune_interval,
                 scheduler=not args.no_scheduler, tracebacks=args.tracebacks,
-                summary_interval=args.summary_interval or None,
+                summary_interval=args.summary_interval or None, progress_interval=args.progress_interval,
             )
             metrics = None
             if args.metrics_port is not None:

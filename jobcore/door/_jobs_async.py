@@ -1,7 +1,7 @@
 """The jobs part of the front door: :class:`AsyncFrontDoor` (what users call) over a :class:`AsyncJobsBackend`.
 
 :class:`AsyncFrontDoor` implements the public :class:`~jobcore.driver.JobDriver` verbs
-(enqueue, enqueue_many, claim, heartbeat, start, ack, ack_many, nack, subscribe,
+(enqueue, enqueue_many, claim, heartbeat, progress, start, ack, ack_many, nack, subscribe,
 migrate, close) once for every driver: it checks every argument
 (:mod:`jobcore.validate`), applies the defaults, refuses what a backend cannot do
 (capabilities, :data:`jobcore.driver.CAPABILITIES`), and only then calls the backend
@@ -87,6 +87,14 @@ class AsyncJobsBackend(Protocol):
 
     async def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
         """Move a current token's lease to ``now + lease`` (L01-L03); ``False`` when not current."""
+        ...
+
+    async def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
+        """Store ``{value, message, updated_at = now}`` as a current token's job's progress (G01,
+        G02); ``False`` when not current, nothing written. ``value`` is a float 0..1 or None,
+        ``message`` text of at most ``MAX_PROGRESS_MESSAGE`` characters or None (checked). It
+        moves nothing else: not the lease, not ``run_at``. ``claim`` clears progress (sets it
+        to None) on every job it takes; settling keeps it (G04)."""
         ...
 
     async def start(self, tokens: list[ClaimToken]) -> list[bool]:
@@ -221,6 +229,19 @@ class AsyncFrontDoor:
     async def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
         """See :meth:`jobcore.driver.JobDriver.heartbeat`."""
         return await self._backend.heartbeat(v.check_token(token), v.check_lease(lease))
+
+    async def progress(self, token: ClaimToken, value: float | None = None, message: str | None = None) -> bool:
+        """See :meth:`jobcore.driver.JobDriver.progress`."""
+        checked = v.check_token(token)
+        fraction, text = v.check_progress(value, message)
+        store = getattr(self._backend, "progress", None)
+        if store is None:
+            raise NotSupported(
+                "this store's driver cannot store progress (its jobs backend has no progress verb)",
+                "keep progress in the process (ctx.progress still logs it), or upgrade the driver",
+            )
+        answer: bool = await store(checked, fraction, text)
+        return answer
 
     async def start(self, tokens: Iterable[ClaimToken]) -> list[bool]:
         """See :meth:`jobcore.driver.DeferredStart.start`."""

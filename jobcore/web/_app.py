@@ -86,6 +86,11 @@ def _status_of(exc: JobcoreError) -> int:
     return 500 if isinstance(exc, ConfigurationError) else 400
 
 
+def _percent(value: float | None) -> str:
+    """A stored progress fraction as a whole percent (``40%``); empty without one."""
+    return "" if value is None else f"{value:.0%}"
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
@@ -145,7 +150,7 @@ class _Dashboard:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters.update(when=when, clip=clip, age=age, pretty=_pretty)
+        self.env.filters.update(when=when, clip=clip, age=age, pretty=_pretty, percent=_percent)
         self.static = {
             name: ((_HERE / "static" / name).read_bytes(), _STATIC_TYPES[name[name.rfind("."):]])
             for name in ("dashboard.css", "dashboard.js")
@@ -293,6 +298,7 @@ class _Dashboard:
         return self.render(
             request, "job.html", job=job, verbs=verbs, done=done, lease_left=lease_left,
             lapsed=lease_left is not None and lease_left <= timedelta(0), zero=timedelta(0),
+            progress_age=None if job.progress is None else now - job.progress.updated_at,
         )
 
     def job_verb(self, request: Request, form: dict[str, str]) -> Response:

@@ -155,6 +155,10 @@ class Worker:
             with the error), ``"always"`` or ``"never"``.
         summary_interval: Seconds between one-line INFO summaries of what the worker did
             (``None``: none).
+        progress_interval: Seconds between two stores of one job's ``ctx.progress``
+            (default 1.0): a handler may report as often as it likes, the store sees at
+            most one write per job per interval (the latest report), plus one before the
+            attempt settles when the report changed since (rules G, docs/worker.md).
     """
 
     def __init__(
@@ -180,6 +184,7 @@ class Worker:
         prefetch: int | None = None,
         tracebacks: str = "final",
         summary_interval: float | None = 60.0,
+        progress_interval: float = 1.0,
     ) -> None:
         names = [q.strip() for q in queues.split(",")] if isinstance(queues, str) else list(queues)
         self.queues = tuple(q for q in names if q)
@@ -223,6 +228,9 @@ class Worker:
             )
         self.tracebacks = tracebacks
         self.summary_interval = None if summary_interval is None else _seconds(summary_interval, "summary_interval")
+        self.progress_interval = _seconds(progress_interval, "progress_interval")
+        self._progress_lock = threading.Lock()
+        self._progress_off = False  # the driver answered JC_NOT_SUPPORTED: keep progress in the process
         self.prefetch = v.check_int(
             min(max(16 * self.concurrency, 128), v.MAX_CLAIM_BATCH) if prefetch is None else prefetch, "prefetch", 0,
             v.MAX_CLAIM_BATCH,

@@ -82,8 +82,8 @@ class Attempt:
     """One claimed job while this worker holds it; its status moves only through :meth:`Attempts.move`."""
 
     __slots__ = (
-        "claimed", "ctx", "deadline", "handle", "held", "job", "log", "next_beat", "renewed_at", "slot_holder",
-        "slot_key", "started_at", "status", "task",
+        "claimed", "ctx", "deadline", "handle", "held", "job", "log", "next_beat", "progress_due", "progress_sent",
+        "renewed_at", "slot_holder", "slot_key", "started_at", "status", "task",
     )
 
     def __init__(
@@ -106,6 +106,10 @@ class Attempt:
         self.slot_key: str | None = None
         self.slot_holder = ""
         self.task: asyncio.Task[Any] | None = None
+        self.progress_sent = 0
+        """``ctx.progress_seq`` at the last progress write (rules G): a report is pending while they differ."""
+        self.progress_due = 0.0
+        """Monotonic time before which no further progress is written (``progress_interval``)."""
 
 
 class Attempts:

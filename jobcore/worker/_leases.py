@@ -5,7 +5,9 @@ when the last landed claim or renewal was sent, plus the lease, minus the safety
 margin, on this host's monotonic clock) and calls the handler off the moment it
 passes, whatever any store call is doing; it also enforces handler timeouts. The
 **beater** renews each held lease every ``heartbeat_interval``; a renewal the store
-refuses calls the attempt off (W02).
+refuses calls the attempt off (W02). It also stores each running handler's latest
+``ctx.progress`` report (rules G), at most once per ``progress_interval`` per job; a job
+that reports nothing costs nothing here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jobcore import events
-from jobcore.errors import JobTimeout
+from jobcore.errors import JobTimeout, NotSupported
 from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus
 from jobcore.worker._execution import error_type, handler_error
 from jobcore.worker._settling import RETRY_CAP
@@ -87,7 +89,7 @@ class Leases:
         while not self.stopped:
             with w._attempts.lock:
                 attempts = list(w._attempts.active.values())
-            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval)
+            next_wake = time.monotonic() + min(1.0, w.heartbeat_interval, w.progress_interval)
             for attempt in attempts:
                 if w._killed or self.stopped:
                     return
@@ -99,8 +101,39 @@ class Leases:
                             attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
                             attempt.next_beat = time.monotonic() + w.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
+            # Progress after every renewal due: a slow progress write never delays a heartbeat of this round.
+            for attempt in attempts:
+                if attempt.ctx.progress_seq != attempt.progress_sent and attempt.status is S.RUNNING:
+                    if w._killed or self.stopped:
+                        return
+                    if time.monotonic() >= attempt.progress_due:
+                        self.send_progress(attempt)
+                    next_wake = min(next_wake, attempt.progress_due)
             self.beater_wake.wait(max(0.0, next_wake - time.monotonic()))
             self.beater_wake.clear()
+
+    def send_progress(self, attempt: Attempt) -> None:
+        """Store the attempt's latest ``ctx.progress`` report when it moved since the last
+        write (rules G); the next one may go ``progress_interval`` later. A failed write is
+        logged and tried again then; a driver without the verb is asked no more."""
+        w = self._w
+        ctx = attempt.ctx
+        with w._progress_lock:  # the beater and the settler: the later write carries the later report
+            seq = ctx.progress_seq  # read before the values: ctx.progress moves it after them
+            if seq == attempt.progress_sent or w._progress_off:
+                return
+            value, message = ctx.progress_value, ctx.progress_message
+            attempt.progress_sent = seq
+            attempt.progress_due = time.monotonic() + w.progress_interval
+            try:
+                w.driver.progress(attempt.claimed.token, value, message)
+                w._recovered("progress")
+            except NotSupported:
+                w._progress_off = True
+                w.log.info("this driver cannot store progress; ctx.progress is kept in the process only")
+            except Exception:
+                attempt.progress_sent = -1  # not stored: send the latest again at the next chance
+                w._log_failure("progress", attempt.log)
 
     def _beat(self, attempt: Attempt) -> None:
         w = self._w

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -224,3 +225,50 @@ def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDr
     assert names.count("ACK_MANY") <= JOBS
     assert names.count("START") <= JOBS  # runners start what is waiting together; never one job twice
     assert names.count("CLAIM") - 1 <= JOBS  # at most one claim per job, plus the poll that found none
+
+
+def test_progress_is_one_statement_and_the_worker_throttles_it(counted: tuple[PostgresDriver, Recorder]) -> None:
+    """``progress`` is one PROGRESS statement; a handler reporting 10,000 times over about a
+    second costs at most one PROGRESS per ``progress_interval`` plus the final one, and nothing
+    else per report (the job without reports, above, costs none)."""
+    driver, recorder = counted
+    driver.enqueue("budget", None)
+    token = driver.claim(["default"], worker_id="w-budget", lease=60).claimed[0].token
+    recorder.take()
+    assert driver.progress(token, 0.5, "half")
+    assert _names(driver, recorder.take()) == ["PROGRESS"]
+    assert driver.ack(token) is not None
+
+    registry = Registry()
+    interval, updates = 0.1, 10_000
+    span: list[float] = []
+    finished = threading.Event()
+
+    @registry.job(name="reporting")
+    def reporting(payload: int, ctx: Any) -> None:
+        began = time.monotonic()
+        for n in range(1, updates + 1):
+            ctx.progress(n / updates, f"row {n}")
+            if n % 100 == 0:
+                time.sleep(0.01)
+        span.append(time.monotonic() - began)
+
+    job = reporting.enqueue(1, driver=driver)
+    recorder.take()
+    worker = Worker(
+        ["default"], driver=driver, registry=registry, lease=600, poll_interval=0.05, rescue_interval=None,
+        retention=None, scheduler=False, progress_interval=interval,
+        on_settled=lambda _job, _outcome: finished.set(),
+    ).start()
+    try:
+        assert finished.wait(30)
+    finally:
+        assert worker.stop(10)
+    names = _names(driver, recorder.take())
+    writes = names.count("PROGRESS")
+    assert 2 <= writes <= span[0] / interval + 2, (writes, span)
+    assert set(names) <= {"SESSION", "LISTEN", "CLAIM", "START", "ACK_MANY", "PROGRESS"}
+    stored = driver.introspect.get(job.id)
+    assert stored is not None
+    assert stored.progress is not None
+    assert (stored.progress.value, stored.progress.message) == (1.0, f"row {updates}")

@@ -52,6 +52,7 @@ from jobcore.records import (
     JobState,
     LeaseSlot,
     Migration,
+    Progress,
     PruneResult,
     RescueResult,
     Schedule,
@@ -95,6 +96,7 @@ class _Row:
         self.lease_expires_at: datetime | None = None
         self.result: str | None = None
         self.errors: list[JobError] = []
+        self.progress: Progress | None = None  # the running attempt's, cleared by the next claim (G04)
 
     def job(self, duplicate: bool = False) -> Job:
         return Job(
@@ -104,7 +106,8 @@ class _Row:
             finished_at=self.finished_at, worker_id=self.worker_id, claim_no=self.claim_no,
             lease_expires_at=self.lease_expires_at, key=self.key,
             result=None if self.result is None else json.loads(self.result),
-            last_error=self.errors[-1] if self.errors else None, errors=tuple(self.errors), duplicate=duplicate,
+            last_error=self.errors[-1] if self.errors else None, errors=tuple(self.errors),
+            progress=self.progress, duplicate=duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:
@@ -226,6 +229,7 @@ class MinimalJobs:
                 row.claim_no += 1
                 row.attempt += 1
                 row.attempted_at = now
+                row.progress = None
                 job = row.job()
                 token = ClaimToken(job_id=job.id, worker_id=worker_id, claim_no=job.claim_no)
                 claimed.append(Claimed(job=job, token=token))
@@ -236,6 +240,13 @@ class MinimalJobs:
             row = self._s.current(token)
             if row is not None:
                 row.lease_expires_at = to_millis(self._s.now() + lease)
+            return row is not None
+
+    def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
+        with self._s.lock:
+            row = self._s.current(token)
+            if row is not None:
+                row.progress = Progress(value=value, message=message, updated_at=self._s.now())
             return row is not None
 
     def start(self, tokens: list[ClaimToken]) -> list[bool]:

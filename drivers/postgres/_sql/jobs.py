@@ -3,7 +3,8 @@
 Rows come back as :data:`JOB_COLUMNS` in that order; ``_rows.job_from_row`` maps them.
 Payloads and results are ``text`` holding the canonical JSON of ``validate.encode_json``
 (``jsonb`` would reorder keys and rewrite numbers); the error history is a ``jsonb``
-array of ``{type, message, at (epoch ms), attempt}``.
+array of ``{type, message, at (epoch ms), attempt}``; progress (rules G) a ``jsonb``
+object ``{value, message, at (epoch ms)}`` or NULL.
 """
 
 # ruff: noqa: S608 - templates are built from constants and quoted identifiers only; values are bind parameters
@@ -29,7 +30,7 @@ __all__ = ["JOB_COLUMNS", "JobStatements"]
 JOB_COLUMNS: Final = (
     "id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
     "created_at", "attempted_at", "finished_at", "worker_id", "claim_no", "lease_expires_at", "key",
-    "result", "errors",
+    "result", "errors", "progress",
 )
 _COLS: Final = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
 
@@ -304,7 +305,7 @@ WITH spent AS (
         state = {_RUNNING}, worker_id = %(worker)s, claim_no = j.claim_no + 1,
         attempt = j.attempt + (CASE WHEN %(start)s::boolean THEN 1 ELSE 0 END),
         attempted_at = CASE WHEN %(start)s::boolean THEN {NOW} ELSE j.attempted_at END,
-        held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {ms("lease_ms")},
+        held = NOT %(start)s::boolean, lease_expires_at = {NOW} + {ms("lease_ms")}, progress = NULL,
         errors = CASE WHEN j.state = {_RUNNING} AND NOT j.held THEN {_LEASE_EXPIRED} ELSE j.errors END
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
     RETURNING 0 AS kind, {_COLS}, j.held
@@ -328,6 +329,15 @@ UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms("lease_ms")}
 WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
 RETURNING j.id
 """)
+
+    PROGRESS = Sql(f"""
+UPDATE {{jobs}} AS j SET progress = jsonb_build_object(
+    'value', %(value)s::float8, 'message', %(message)s::text, 'at', {NOW_MS})
+WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+RETURNING j.id
+""")
+    """Store a current token's progress (G01, G02), fenced as :data:`HEARTBEAT` is; it sets no
+    indexed column, so the update can be HOT."""
 
     START = Sql(f"""
 UPDATE {{jobs}} AS j SET attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false

@@ -99,6 +99,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # started. A constant default, so adding the column rewrites no row (PostgreSQL 11+).
     # No index reads it: starting a held claim touches no indexed column and can be HOT.
     ("ALTER TABLE {jobs} ADD COLUMN held boolean NOT NULL DEFAULT false",),
+    # 7: stored progress (rules G): {value, message, at (epoch ms)} of the running or last
+    # attempt, NULL when none was reported. No default, so adding it rewrites no row; no
+    # index reads it, so a progress write can be HOT.
+    ("ALTER TABLE {jobs} ADD COLUMN progress jsonb",),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
