@@ -215,6 +215,9 @@ class Job:
         result: JSON result stored by ``ack``.
         last_error: The latest entry of ``errors``.
         errors: Error history, oldest first.
+        trace_context: The enqueuing trace's W3C ``traceparent``/``tracestate`` as the store
+            keeps it (a ``str`` to ``str`` mapping), or ``None``: set only when the enqueue ran
+            with tracing on (:mod:`jobcore.contrib.otel`); an attempt's span links to it.
         duplicate: True only on the answer of an ``enqueue`` that found a live holder
             of its key and inserted nothing (E02).
     """
@@ -238,6 +241,7 @@ class Job:
     result: Any = None
     last_error: JobError | None = None
     errors: tuple[JobError, ...] = ()
+    trace_context: dict[str, str] | None = None
     duplicate: bool = attrs.field(default=False, eq=False)
 
     positional: ClassVar[Callable[..., Job]]

@@ -55,7 +55,7 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
     """The :class:`Job` of one row of ``JOB_COLUMNS``."""
     (
         id_, name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,
-        attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors,
+        attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors, trace,
     ) = row
     history = tuple(_error(e) for e in errors) if errors else ()
     return Job.positional(  # the row is the fields in declaration order, last_error and duplicate aside
@@ -64,7 +64,8 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
         None if attempted_at is None else attempted_at.astimezone(_UTC),
         None if finished_at is None else finished_at.astimezone(_UTC),
         worker_id, claim_no, None if lease_expires_at is None else lease_expires_at.astimezone(_UTC), key,
-        None if result is None else _loads(result), history[-1] if history else None, history, duplicate,
+        None if result is None else _loads(result), history[-1] if history else None, history,
+        trace, duplicate,
     )
 
 

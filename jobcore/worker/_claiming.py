@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from jobcore import events
+from jobcore import _tracing, events
 from jobcore import validate as v
 from jobcore.clock import to_millis
 from jobcore.driver import DeferredStart, JobDriver
@@ -462,8 +462,11 @@ class Claimer:
             w._leases.keeper_wake.set()
         sync: list[Attempt] = []
         coros: list[Attempt] = []
+        hook = _tracing.hook
         for attempt in running:
             job = attempt.job
+            if hook is not None:
+                attempt.span = hook.attempt(job)
             events.emit(
                 "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
                 level=logging.DEBUG, outcome="running", worker_id=w.worker_id,

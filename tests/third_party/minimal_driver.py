@@ -95,6 +95,8 @@ class _Row:
         self.lease_expires_at: datetime | None = None
         self.result: str | None = None
         self.errors: list[JobError] = []
+        # Tracing (jobcore.contrib.otel): the enqueuing trace's context, kept as given, handed out as a copy.
+        self.trace = None if job.trace_context is None else dict(job.trace_context)
 
     def job(self, duplicate: bool = False) -> Job:
         return Job(
@@ -104,7 +106,8 @@ class _Row:
             finished_at=self.finished_at, worker_id=self.worker_id, claim_no=self.claim_no,
             lease_expires_at=self.lease_expires_at, key=self.key,
             result=None if self.result is None else json.loads(self.result),
-            last_error=self.errors[-1] if self.errors else None, errors=tuple(self.errors), duplicate=duplicate,
+            last_error=self.errors[-1] if self.errors else None, errors=tuple(self.errors),
+            trace_context=None if self.trace is None else dict(self.trace), duplicate=duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:

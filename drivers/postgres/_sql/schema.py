@@ -99,6 +99,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # started. A constant default, so adding the column rewrites no row (PostgreSQL 11+).
     # No index reads it: starting a held claim touches no indexed column and can be HOT.
     ("ALTER TABLE {jobs} ADD COLUMN held boolean NOT NULL DEFAULT false",),
+    # 7: tracing (jobcore.contrib.otel): the enqueuing trace's W3C context, stored with a job
+    # enqueued while tracing was on; NULL otherwise. No default, so adding it rewrites no row.
+    ("ALTER TABLE {jobs} ADD COLUMN trace jsonb",),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
