@@ -166,9 +166,10 @@ WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id
     """One round trip for one job or a batch (E01, E02, E05). The batch arrives as one JSON
     array of ``[name, queue, payload, delay_ms, priority, run_at or null, max_attempts, key]``
     rows (plus, for a traced job, its trace context object as a ninth element; the driver
-    sends traced jobs here only, so the keyless forms below never carry one) (due at ``run_at`` when given, else the store's now plus the delay; one
-    C-encoded text parameter costs the client far less than eight adapted arrays). Ids come
-    from the sequence in input order; rows are inserted in (name, key) order, so batches racing on the same keys
+    sends traced jobs here only, so the keyless forms below never carry one), due at
+    ``run_at`` when given, else the store's now plus the delay (one C-encoded text parameter
+    costs the client far less than eight adapted arrays). Ids come from the sequence in
+    input order; rows are inserted in (name, key) order, so batches racing on the same keys
     wait for each other in one order and cannot deadlock. A key conflict inserts nothing;
     the item answers the live holder, either an older row or an earlier item of the batch.
     A holder committed by another transaction after this statement's snapshot is not
