@@ -410,7 +410,7 @@ def test_jobcore_runs_without_opentelemetry_installed(tmp_path: Any) -> None:
         print(driver.introspect.get(job.id).state, driver.introspect.get(job.id).result)
     """))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run(  # noqa: S603 - our own interpreter on our own script
+    done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env, check=False,
     )
     assert done.returncode == 0, done.stderr
