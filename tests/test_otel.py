@@ -9,6 +9,7 @@ tests/test_otel_async.py.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -298,10 +299,22 @@ def test_an_idempotent_duplicate_keeps_the_first_enqueue_context(driver: JobDriv
 def test_a_failed_enqueue_records_its_error(driver: JobDriver, spans: Spans, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store failure inside the enqueue span (injected into the driver's backend) is recorded on it."""
 
+    door = getattr(driver, "_target", driver)  # an async flavour's door, behind its SyncBridge
+    backend = door._backend
+
     def unavailable(jobs: Any, connection: Any) -> Any:
         raise BackendUnavailable("the store went away", "retry the enqueue")
 
-    monkeypatch.setattr(driver._backend, "insert", unavailable)  # type: ignore[attr-defined]
+    async def unavailable_async(jobs: Any, connection: Any) -> Any:
+        unavailable(jobs, connection)
+
+    class Unavailable:
+        insert = staticmethod(unavailable_async if inspect.iscoroutinefunction(door.enqueue) else unavailable)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(backend, name)
+
+    monkeypatch.setattr(door, "_backend", Unavailable())
     with pytest.raises(BackendUnavailable):
         driver.enqueue("otel.unavailable", 1)
     [enqueue] = spans.named("jobcore enqueue")
