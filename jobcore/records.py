@@ -241,7 +241,7 @@ class Job:
     result: Any = None
     last_error: JobError | None = None
     errors: tuple[JobError, ...] = ()
-    trace_context: dict[str, str] | None = None
+    trace_context: dict[str, str] | None = attrs.field(default=None, hash=False)  # a dict: out of the hash
     duplicate: bool = attrs.field(default=False, eq=False)
 
     positional: ClassVar[Callable[..., Job]]
