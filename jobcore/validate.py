@@ -425,7 +425,7 @@ class StoreTimedJob:
     key: str | None
     trace_context: dict[str, str] | None = None
     """The enqueuing trace's propagation fields (W3C ``traceparent``...), or None (untraced):
-    set by the door when tracing is on (:mod:`jobcore._tracing`), stored with the job."""
+    set by the door when tracing is on (``jobcore._tracing``), stored with the job."""
 
     def due(self, now: datetime) -> tuple[datetime, JobState]:
         """``(run_at, state)`` as the store decides them, ``now`` being its clock's reading
