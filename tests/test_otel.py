@@ -31,6 +31,7 @@ from jobcore.contrib import otel
 from jobcore.driver import JobDriver
 from jobcore.errors import BackendUnavailable, ConfigurationError
 from jobcore.records import JobSpec, JobState
+from jobcore.testing import job_tester
 
 NO_WAIT = Backoff(base=0.0, jitter=0.0)
 
@@ -443,3 +444,26 @@ def test_uninstrument_stops_tracing(driver: JobDriver) -> None:
     assert driver.introspect.get(plain.id).trace_context is None  # type: ignore[union-attr]
     collected.provider.shutdown()
 
+
+
+def test_job_tester_runs_attempts_in_spans_too(spans: Spans) -> None:
+    """jobcore.testing's run_due makes the same attempt spans as a worker: retry, then dead-lettered."""
+    registry = Registry()
+
+    @registry.job(name="otel.tested", max_attempts=2, backoff=NO_WAIT)
+    def tested(payload: int) -> None:
+        raise ValueError(f"no {payload}")
+
+    with job_tester(registry=registry) as jobs:
+        job = tested.enqueue(3)
+        settled = jobs.run_due(raise_errors=False)
+    assert [j.state for j in settled] == [JobState.SCHEDULED, JobState.DEAD]
+    [enqueue] = spans.named("jobcore enqueue")
+    attempts = spans.named("jobcore process")
+    assert [(attrs_of(s)["jobcore.job.attempt"], attrs_of(s)["jobcore.outcome"]) for s in attempts] == [
+        (1, "retry"), (2, "dead_lettered"),
+    ]
+    assert all(attrs_of(s)["jobcore.job.id"] == job.id for s in attempts)
+    assert {s.parent.span_id for s in attempts if s.parent is not None} == {enqueue.context.span_id}
+    assert all(s.status.status_code is StatusCode.ERROR for s in attempts)
+    assert [dict(e.attributes or {})["exception.message"] for s in attempts for e in s.events] == ["no 3", "no 3"]
