@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -25,7 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from jobcore import Registry, Worker
+from jobcore import JobContext, Registry, Worker
 from jobcore.backoff import Backoff
 from jobcore.contrib import otel
 from jobcore.driver import JobDriver
@@ -467,3 +468,43 @@ def test_job_tester_runs_attempts_in_spans_too(spans: Spans) -> None:
     assert {s.parent.span_id for s in attempts if s.parent is not None} == {enqueue.context.span_id}
     assert all(s.status.status_code is StatusCode.ERROR for s in attempts)
     assert [dict(e.attributes or {})["exception.message"] for s in attempts for e in s.events] == ["no 3", "no 3"]
+
+
+def test_a_job_cancelled_while_running_ends_its_span_called_off(driver: JobDriver, spans: Spans) -> None:
+    """An operator cancels the running job: the worker's next heartbeat finds the lease gone, calls
+    the handler off, and the attempt's span ends with outcome called_off (nothing of it is recorded)."""
+    registry = Registry()
+    started = threading.Event()
+
+    @registry.job(name="otel.long")
+    def long(payload: int, ctx: JobContext) -> None:
+        started.set()
+        ctx.cancelled.wait(20)
+
+    job = long.enqueue(1, driver=driver)
+
+    def cancelled(worker: Worker) -> bool:
+        if started.is_set() and driver.introspect.get(job.id).state is JobState.RUNNING:  # type: ignore[union-attr]
+            driver.introspect.cancel(job.id, "not needed any more")
+        return worker.counts["lost"] == 1 and bool(spans.named("jobcore process"))
+
+    run_until(driver, registry, cancelled, "the attempt to be called off")
+    [attempt] = spans.named("jobcore process")
+    assert attrs_of(attempt)["jobcore.outcome"] == "called_off"
+    assert driver.introspect.get(job.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_a_timed_out_attempt_records_the_timeout(driver: JobDriver, spans: Spans) -> None:
+    """A handler past its timeout: JobTimeout is recorded on the span, the attempt retries."""
+    registry = Registry()
+
+    @registry.job(name="otel.slow", timeout=0.2, max_attempts=2, backoff=Backoff(base=3600.0, jitter=0.0))
+    def slow(payload: int, ctx: JobContext) -> None:
+        ctx.cancelled.wait(20)
+
+    slow.enqueue(1, driver=driver)
+    run_until(driver, registry, lambda w: w.counts["retried"] == 1, "the timed-out attempt to be retried")
+    [attempt] = spans.named("jobcore process")
+    assert attrs_of(attempt)["jobcore.outcome"] == "retry"
+    assert attrs_of(attempt)["error.type"] == "JobTimeout"
+    assert attempt.status.status_code is StatusCode.ERROR
