@@ -58,13 +58,8 @@ __all__ = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _async_flavours_only(request: pytest.FixtureRequest) -> None:
-    """The sync flavours ran these scenarios in tests/test_otel.py already."""
-    callspec = getattr(request.node, "callspec", None)
-    name = callspec.params.get("driver_name") if callspec is not None else None
-    if isinstance(name, str) and not name.endswith("-async"):
-        pytest.skip("sync flavour: run by tests/test_otel.py")
+ASYNC_FLAVOURS_ONLY = True
+"""The sync flavours ran these scenarios in tests/test_otel.py: fixtures/plugin.py deselects them here."""
 
 
 @pytest.mark.asyncio
