@@ -71,6 +71,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "last_error": None if job.last_error is None else error_to_dict(job.last_error),
         "errors": [error_to_dict(e) for e in job.errors],
+        "trace_context": job.trace_context,
     }
 
 
