@@ -444,12 +444,15 @@ class Claimer:
         lost: list[Attempt] = []
         now = time.monotonic()
         timed = False
+        hook = _tracing.hook
         with book.lock:
             for attempt in ready:
                 # Lost while taking its fleet slot, or the worker was killed: it does not run.
                 if w._killed or not book.move(attempt, S.RUNNING):
                     lost.append(attempt)
                     continue
+                if hook is not None:  # under the lock: whoever loses the attempt next finds its span
+                    attempt.span = hook.attempt(attempt.job)
                 attempt.started_at = now
                 timeout = cast(JobHandle, attempt.handle).timeout
                 if timeout is not None:
@@ -462,11 +465,8 @@ class Claimer:
             w._leases.keeper_wake.set()
         sync: list[Attempt] = []
         coros: list[Attempt] = []
-        hook = _tracing.hook
         for attempt in running:
             job = attempt.job
-            if hook is not None:
-                attempt.span = hook.attempt(job)
             events.emit(
                 "started", job, "job %s (%s) attempt %d started", job.id, job.name, job.attempt,
                 level=logging.DEBUG, outcome="running", worker_id=w.worker_id,
