@@ -235,6 +235,9 @@ class Job:
         errors: Error history, oldest first.
         progress: The latest progress its running (or last) attempt stored (rules G), or
             ``None``: cleared by the next claim, kept when the attempt settles.
+        trace_context: The enqueuing trace's W3C ``traceparent``/``tracestate`` as the store
+            keeps it (a ``str`` to ``str`` mapping), or ``None``: set only when the enqueue ran
+            with tracing on (:mod:`jobcore.contrib.otel`); an attempt's span links to it.
         duplicate: True only on the answer of an ``enqueue`` that found a live holder
             of its key and inserted nothing (E02).
     """
@@ -259,6 +262,7 @@ class Job:
     last_error: JobError | None = None
     errors: tuple[JobError, ...] = ()
     progress: Progress | None = None
+    trace_context: dict[str, str] | None = attrs.field(default=None, hash=False)  # a dict: out of the hash
     duplicate: bool = attrs.field(default=False, eq=False)
 
     positional: ClassVar[Callable[..., Job]]

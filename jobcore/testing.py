@@ -42,6 +42,8 @@ from collections.abc import Coroutine, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobcore import _tracing
+from jobcore._tracing import AttemptSpan
 from jobcore.clock import ManualClock, SystemClock, to_millis
 from jobcore.current import use_async_job_driver, use_job_driver
 from jobcore.driver import AsyncJobDriver, JobDriver
@@ -117,10 +119,14 @@ class JobTester:
             job, token = claimed.job, claimed.token
             handle, ctx, raised = self._prepare(job, token)
             outcome: Outcome | None = None
+            span = None if _tracing.hook is None else _tracing.hook.attempt(job)
             if handle is not None:
                 assert ctx is not None
-                outcome = _run_to_end(run_async(handle, job, ctx)) if handle.is_async else run_sync(handle, job, ctx)
-            settled, raised = self._settle(job, token, handle, outcome, raised, ctx=ctx)
+                with contextlib.nullcontext() if span is None else span.activate():
+                    outcome = (
+                        _run_to_end(run_async(handle, job, ctx)) if handle.is_async else run_sync(handle, job, ctx)
+                    )
+            settled, raised = self._settle(job, token, handle, outcome, raised, ctx=ctx, span=span)
             ran.append(settled)
             if raised is not None and raise_errors:
                 raise raised
@@ -141,10 +147,12 @@ class JobTester:
             job, token = claimed.job, claimed.token
             handle, ctx, raised = self._prepare(job, token)
             outcome: Outcome | None = None
+            span = None if _tracing.hook is None else _tracing.hook.attempt(job)
             if handle is not None:
                 assert ctx is not None
-                outcome = await run_async(handle, job, ctx) if handle.is_async else run_sync(handle, job, ctx)
-            settled, raised = self._settle(job, token, handle, outcome, raised, ctx=ctx)
+                with contextlib.nullcontext() if span is None else span.activate():
+                    outcome = await run_async(handle, job, ctx) if handle.is_async else run_sync(handle, job, ctx)
+            settled, raised = self._settle(job, token, handle, outcome, raised, ctx=ctx, span=span)
             ran.append(settled)
             if raised is not None and raise_errors:
                 raise raised
@@ -173,9 +181,10 @@ class JobTester:
 
     def _settle(
         self, job: Job, token: Any, handle: JobHandle | None, outcome: Outcome | None, raised: BaseException | None,
-        *, ctx: JobContext | None = None,
+        *, ctx: JobContext | None = None, span: AttemptSpan | None = None,
     ) -> tuple[Job, BaseException | None]:
-        """Settle one attempt through the worker's own execution code (W07 and retries).
+        """Settle one attempt through the worker's own execution code (W07 and retries);
+        with tracing on, end its ``span`` with the worker's outcome names.
 
         The handler's last ``ctx.progress`` report is stored first, as a worker's settler
         stores it (rules G), so a test reads it on the settled job."""
@@ -184,18 +193,26 @@ class JobTester:
         if outcome is not None:
             raised = outcome.raised
             if raised is not None and not isinstance(raised, Exception):
+                if span is not None:
+                    span.record(raised)
+                    span.end("abandoned")
                 raise raised  # KeyboardInterrupt, SystemExit...: the test run stops, as it would without jobcore
             if raised is None:
                 raised = unstorable(outcome.result)  # W07: a result that cannot be stored fails the attempt
                 if raised is None:
                     answer = self.driver.ack(token, outcome.result)
                     assert answer is not None
+                    if span is not None:
+                        span.end("completed")
                     return answer, None
         assert raised is not None
         self.errors.append((job, raised))
         options = retry_options(self.clock.now(), handle, job, raised)
         answer = self.driver.nack(token, handler_error(raised), **options)
         assert answer is not None
+        if span is not None:
+            span.record(raised)
+            span.end(_outcome(answer, options))
         return answer, raised
 
     def enqueued(
@@ -235,6 +252,15 @@ class JobTester:
         matches = [j for j in self.enqueued(name) if payload is ANY or j.payload == payload]
         if matches:
             raise AssertionError(f"expected no {name!r} job{_with(payload)}, found {len(matches)}")
+
+
+def _outcome(settled: Job, options: dict[str, Any]) -> str:
+    """The worker's outcome name (:data:`jobcore.contrib.otel.OUTCOMES`) of a nack that landed."""
+    if settled.state is JobState.DEAD:
+        return "dead_lettered"
+    if settled.state is JobState.FAILED:
+        return "failed" if options.get("fail") else "dropped"
+    return "retry"
 
 
 def _run_to_end(coro: Coroutine[Any, Any, Outcome]) -> Outcome:

@@ -432,6 +432,8 @@ class NewJob:
     max_attempts: int
     key: str | None
     state: JobState
+    trace_context: dict[str, str] | None = None
+    """The enqueuing trace's propagation fields (W3C ``traceparent``...), or None (untraced)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -456,6 +458,9 @@ class StoreTimedJob:
     neither was given."""
     max_attempts: int
     key: str | None
+    trace_context: dict[str, str] | None = None
+    """The enqueuing trace's propagation fields (W3C ``traceparent``...), or None (untraced):
+    set by the door when tracing is on (``jobcore._tracing``), stored with the job."""
 
     def due(self, now: datetime) -> tuple[datetime, JobState]:
         """``(run_at, state)`` as the store decides them, ``now`` being its clock's reading
@@ -474,7 +479,7 @@ class StoreTimedJob:
         run_at, state = self.due(now)
         return NewJob(
             name=self.name, queue=self.queue, payload=self.payload, priority=self.priority, run_at=run_at,
-            max_attempts=self.max_attempts, key=self.key, state=state,
+            max_attempts=self.max_attempts, key=self.key, state=state, trace_context=self.trace_context,
         )
 
 

@@ -36,6 +36,7 @@ def _job_fields(**changes: object) -> dict[str, object]:
         "priority": 3, "attempt": 2, "max_attempts": 5, "run_at": NOW, "created_at": NOW, "attempted_at": NOW,
         "finished_at": None, "worker_id": "w", "claim_no": 2, "lease_expires_at": NOW, "key": "k", "result": [1],
         "last_error": error, "errors": (error,), "progress": Progress(value=0.5, message="half", updated_at=NOW),
+        "trace_context": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
         "duplicate": True,
     }
     return fields | changes

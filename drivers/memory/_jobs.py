@@ -62,7 +62,7 @@ class _Row:
     __slots__ = (
         "attempt", "attempted_at", "claim_no", "created_at", "errors", "finished_at", "held", "key",
         "lease_expires_at", "max_attempts", "name", "payload", "priority", "progress", "queue", "result",
-        "run_at", "seq", "state", "worker_id",
+        "run_at", "seq", "state", "trace", "worker_id",
     )
 
     def __init__(
@@ -88,6 +88,7 @@ class _Row:
         self.result: str | None = None
         self.errors: list[JobError] = []
         self.progress: Progress | None = None
+        self.trace = new.trace_context  # the door's own dict, never handed out (copied in job())
 
     def job(self, *, duplicate: bool = False, started: datetime | None = None) -> Job:
         """The row as a record; with ``started``, as a held attempt will stand once started
@@ -100,7 +101,8 @@ class _Row:
             self.attempt if started is None else self.attempt + 1, self.max_attempts, self.run_at, self.created_at,
             self.attempted_at if started is None else started, self.finished_at, self.worker_id, self.claim_no,
             self.lease_expires_at, self.key, None if self.result is None else _loads(self.result),
-            errors[-1] if errors else None, errors, self.progress, duplicate,
+            errors[-1] if errors else None, errors, self.progress,
+            None if self.trace is None else dict(self.trace), duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:

@@ -116,7 +116,8 @@ def to_job(doc: Mapping[str, Any], *, duplicate: bool = False) -> Job:
         finished_at=_when(doc.get("finished_at")), worker_id=doc.get("worker_id"), claim_no=doc.get("claim_no", 0),
         lease_expires_at=_when(doc.get("lease_expires_at")), key=doc.get("key"),
         result=v.decode_json(doc.get("result")), last_error=errors[-1] if errors else None, errors=errors,
-        progress=_progress(doc.get("progress")), duplicate=duplicate,
+        progress=_progress(doc.get("progress")), trace_context=_trace(doc.get("trace")),
+        duplicate=duplicate,
     )
 
 
@@ -139,7 +140,17 @@ def new_document(seq: int, new: v.NewJob, now: datetime) -> dict[str, Any]:
     if new.key is not None:
         doc["key"] = new.key
         doc["live_key"] = new.key
+    if new.trace_context is not None:  # an untraced job's document has no trace field at all
+        doc["trace"] = [[k, val] for k, val in new.trace_context.items()]
     return doc
+
+
+def _trace(pairs: Any) -> dict[str, str] | None:
+    """A stored trace context (``[[name, value], ...]``: field names are the propagator's,
+    never document keys, so no name can clash with MongoDB's rules for keys)."""
+    if not pairs:
+        return None
+    return {str(k): str(val) for k, val in pairs}
 
 
 def key_clash(error: Mapping[str, Any]) -> bool:

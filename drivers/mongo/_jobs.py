@@ -71,7 +71,7 @@ class MongoJobs:
             run_at, state = job.due(now)
             news.append(v.NewJob(
                 name=job.name, queue=job.queue, payload=job.payload, priority=job.priority, run_at=run_at,
-                max_attempts=job.max_attempts, key=job.key, state=state,
+                max_attempts=job.max_attempts, key=job.key, state=state, trace_context=job.trace_context,
             ))
         return self._store(news, now, session)
 

@@ -98,7 +98,10 @@ def _enqueue_items(news: Sequence[v.StoreTimedJob]) -> str:
     for n in news:
         if n.run_at is not stamp:  # a batch mostly shares one due time: write it once
             stamp, text = n.run_at, None if n.run_at is None else n.run_at.isoformat()
-        rows.append([n.name, n.queue, n.payload, n.delay // _MS, n.priority, text, n.max_attempts, n.key])
+        row: list[Any] = [n.name, n.queue, n.payload, n.delay // _MS, n.priority, text, n.max_attempts, n.key]
+        if n.trace_context is not None:
+            row.append(n.trace_context)
+        rows.append(row)
     return json.dumps(rows)
 
 
@@ -130,7 +133,7 @@ class AsyncPostgresJobs:
         which the keyless forms build each job as the statement stored it."""
         d, news = self._d, jobs
         now = d._now()
-        if len(news) == 1 and news[0].key is None:  # the common case: one statement of scalars
+        if len(news) == 1 and news[0].key is None and news[0].trace_context is None:  # the common case: scalars
             new = news[0]
             rows = await d._fetch(d.q.ENQUEUE_ONE, {
                 "name": new.name, "queue": new.queue, "payload": new.payload, "priority": new.priority,
@@ -139,7 +142,8 @@ class AsyncPostgresJobs:
             }, conn=connection)
             stamp = _store_now(rows[0][2])
             return [_inserted(rows[0][0], new, new.due(stamp), stamp)]
-        if all(n.key is None for n in news):  # no key, no conflict: the plain batch insert
+        # No key, no conflict: the plain batch insert. A traced job (its context stored too) takes ENQUEUE.
+        if all(n.key is None and n.trace_context is None for n in news):
             first = news[0]
             shared = (first.name, first.queue, first.priority, first.run_at, first.delay, first.max_attempts)
             if all((n.name, n.queue, n.priority, n.run_at, n.delay, n.max_attempts) == shared for n in news):

@@ -66,6 +66,7 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
     (
         id_, name, queue, payload, state, priority, attempt, max_attempts, run_at, created_at,
         attempted_at, finished_at, worker_id, claim_no, lease_expires_at, key, result, errors, progress,
+        trace,
     ) = row
     history = tuple(_error(e) for e in errors) if errors else ()
     return Job.positional(  # the row is the fields in declaration order, last_error and duplicate aside
@@ -75,7 +76,7 @@ def job_from_row(row: Sequence[Any], *, duplicate: bool = False) -> Job:
         None if finished_at is None else finished_at.astimezone(_UTC),
         worker_id, claim_no, None if lease_expires_at is None else lease_expires_at.astimezone(_UTC), key,
         None if result is None else _loads(result), history[-1] if history else None, history,
-        None if progress is None else _progress(progress), duplicate,
+        None if progress is None else _progress(progress), trace, duplicate,
     )
 
 

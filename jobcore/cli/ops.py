@@ -85,6 +85,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "progress": None if job.progress is None else {
             "value": job.progress.value, "message": job.progress.message, "updated_at": iso(job.progress.updated_at),
         },
+        "trace_context": job.trace_context,
     }
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
+from jobcore import _tracing
 from jobcore import validate as v
 from jobcore.clock import Clock
 from jobcore.driver import Duration, Subscription
@@ -174,12 +175,29 @@ class FrontDoor:
             name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
         )
-        return (self._backend.insert((new,), None))[0]
+        if _tracing.hook is None:
+            return (self._backend.insert((new,), None))[0]
+        return (self._traced((new,), None))[0]
 
     def enqueue_many(self, specs: Iterable[Any]) -> list[Job]:
         """See :meth:`jobcore.driver.JobDriver.enqueue_many`."""
         news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
-        return self._backend.insert(news, None) if news else []
+        if not news:
+            return []
+        if _tracing.hook is None:
+            return self._backend.insert(news, None)
+        return self._traced(news, None)
+
+    def _traced(self, news: Sequence[v.StoreTimedJob], connection: Any) -> list[Job]:
+        """The insert inside an enqueue span (tracing on: :mod:`jobcore.contrib.otel`); each job
+        carries the span's context to the store, for its attempts to link to."""
+        hook = _tracing.hook
+        if hook is None:  # turned off meanwhile
+            return self._backend.insert(news, connection)
+        with hook.enqueue(news) as span:
+            answers = self._backend.insert(span.jobs, connection)
+            span.inserted(answers)
+        return answers
 
     def _joined(self, connection: object, keyword: str) -> Any:
         """``connection`` checked as a transaction handle the backend takes, or ``None``."""
@@ -204,13 +222,20 @@ class FrontDoor:
     ) -> Job:
         """``enqueue`` joining the caller's transaction (drivers offering ``transactional_enqueue``)."""
         new = v.new_job(name, payload, now=None, default_max_attempts=self._default_max_attempts, **options)
-        return (self._backend.insert((new,), self._joined(connection, keyword)))[0]
+        handle = self._joined(connection, keyword)
+        if _tracing.hook is None:
+            return (self._backend.insert((new,), handle))[0]
+        return (self._traced((new,), handle))[0]
 
     def _enqueue_many_in(self, connection: object, keyword: str, specs: Iterable[Any]) -> list[Job]:
         """``enqueue_many`` joining the caller's transaction."""
         news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
         handle = self._joined(connection, keyword)
-        return self._backend.insert(news, handle) if news else []
+        if not news:
+            return []
+        if _tracing.hook is None:
+            return self._backend.insert(news, handle)
+        return self._traced(news, handle)
 
     # -- claim and settle ----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import builtins
 from datetime import datetime
 from typing import Any, Protocol
 
+from jobcore import _tracing
 from jobcore import validate as v
 from jobcore.records import JobSpec, Schedule, ScheduleOutcome
 from jobcore.vocabulary import DEFAULT_MAX_ATTEMPTS
@@ -143,9 +144,17 @@ class SchedulesDoor:
         old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
         # checked before the compare-and-set: an invalid job is refused whoever would win
         spec = None if job is None else v.new_jobs([job], now=None, default_max_attempts=self._default_max_attempts)[0]
-        return self._backend.fire(
-            key, expected=old, occurrence=new, job=spec, outcome=result, overlap=allow_overlap,
-        )
+        hook = _tracing.hook
+        if hook is None or spec is None:
+            return self._backend.fire(
+                key, expected=old, occurrence=new, job=spec, outcome=result, overlap=allow_overlap,
+            )
+        with hook.enqueue((spec,)) as span:  # the firing's job carries its enqueue span's context
+            fired = self._backend.fire(
+                key, expected=old, occurrence=new, job=span.jobs[0], outcome=result, overlap=allow_overlap,
+            )
+            span.fired(key, fired)
+        return fired
 
     def pause(self, name: str) -> Schedule | None:
         """:meth:`jobcore.driver.ScheduleStore.pause`."""

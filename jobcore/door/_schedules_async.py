@@ -14,6 +14,7 @@ import builtins
 from datetime import datetime
 from typing import Any, Protocol
 
+from jobcore import _tracing
 from jobcore import validate as v
 from jobcore.records import JobSpec, Schedule, ScheduleOutcome
 from jobcore.vocabulary import DEFAULT_MAX_ATTEMPTS
@@ -142,9 +143,17 @@ class AsyncSchedulesDoor:
         old, new, result, allow_overlap = v.check_fire(expected, occurrence, outcome, overlap)
         # checked before the compare-and-set: an invalid job is refused whoever would win
         spec = None if job is None else v.new_jobs([job], now=None, default_max_attempts=self._default_max_attempts)[0]
-        return await self._backend.fire(
-            key, expected=old, occurrence=new, job=spec, outcome=result, overlap=allow_overlap,
-        )
+        hook = _tracing.hook
+        if hook is None or spec is None:
+            return await self._backend.fire(
+                key, expected=old, occurrence=new, job=spec, outcome=result, overlap=allow_overlap,
+            )
+        with hook.enqueue((spec,)) as span:  # the firing's job carries its enqueue span's context
+            fired = await self._backend.fire(
+                key, expected=old, occurrence=new, job=span.jobs[0], outcome=result, overlap=allow_overlap,
+            )
+            span.fired(key, fired)
+        return fired
 
     async def pause(self, name: str) -> Schedule | None:
         """:meth:`jobcore.driver.ScheduleStore.pause`."""

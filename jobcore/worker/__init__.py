@@ -76,7 +76,7 @@ from jobcore.records import Job, RetentionPolicy
 from jobcore.registry import JobHandle, Registry, default_registry, job_logger
 from jobcore.retention import DEFAULT_PRUNE_INTERVAL, Pruner
 from jobcore.scheduler import Scheduler
-from jobcore.worker._attempt import Attempt, Attempts, AttemptStatus
+from jobcore.worker._attempt import Attempt, Attempts, AttemptStatus, end_span
 from jobcore.worker._claiming import Claimer
 from jobcore.worker._execution import call_handler, error_type, handler_error, logger, retry_options, retry_policy
 from jobcore.worker._leases import Leases
@@ -361,6 +361,7 @@ class Worker:
             self._killed = True
             for attempt in book.active.values():
                 if book.move(attempt, S.ABANDONED):
+                    end_span(attempt, "abandoned")
                     self._running.call_off(attempt, "the worker was killed")
             book.active.clear()
             book.backlog.clear()
@@ -537,6 +538,7 @@ class Worker:
             for attempt in abandoned:
                 book.active.pop(attempt.job.id, None)
         for attempt in abandoned:
+            end_span(attempt, "abandoned")
             self._count("abandoned", 1)
             attempt.log.warning(
                 "job %s (%s) abandoned after the %gs drain timeout; its lease will lapse for reclaim",

@@ -16,6 +16,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+from jobcore._tracing import AttemptSpan
 from jobcore.records import Claimed, Job
 from jobcore.registry import JobContext, JobHandle
 
@@ -83,7 +84,7 @@ class Attempt:
 
     __slots__ = (
         "claimed", "ctx", "deadline", "handle", "held", "job", "log", "next_beat", "progress_due", "progress_sent",
-        "renewed_at", "slot_holder", "slot_key", "started_at", "status", "task",
+        "renewed_at", "slot_holder", "slot_key", "span", "started_at", "status", "task",
     )
 
     def __init__(
@@ -110,6 +111,15 @@ class Attempt:
         """``ctx.progress_seq`` at the last progress write (rules G): a report is pending while they differ."""
         self.progress_due = 0.0
         """Monotonic time before which no further progress is written (``progress_interval``)."""
+        self.span: AttemptSpan | None = None  # tracing on (jobcore.contrib.otel): from start to settle
+
+
+def end_span(attempt: Attempt, outcome: str) -> None:
+    """End the attempt's span (tracing on) with its outcome; once, whoever ends it first."""
+    span = attempt.span
+    if span is not None:
+        attempt.span = None
+        span.end(outcome)
 
 
 class Attempts:

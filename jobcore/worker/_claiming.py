@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from jobcore import events
+from jobcore import _tracing, events
 from jobcore import validate as v
 from jobcore.clock import to_millis
 from jobcore.driver import DeferredStart, JobDriver
@@ -444,12 +444,15 @@ class Claimer:
         lost: list[Attempt] = []
         now = time.monotonic()
         timed = False
+        hook = _tracing.hook
         with book.lock:
             for attempt in ready:
                 # Lost while taking its fleet slot, or the worker was killed: it does not run.
                 if w._killed or not book.move(attempt, S.RUNNING):
                     lost.append(attempt)
                     continue
+                if hook is not None:  # under the lock: whoever loses the attempt next finds its span
+                    attempt.span = hook.attempt(attempt.job)
                 attempt.started_at = now
                 timeout = cast(JobHandle, attempt.handle).timeout
                 if timeout is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from jobcore import events
 from jobcore.errors import JobTimeout, NotSupported
-from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus
+from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus, end_span
 from jobcore.worker._execution import error_type, handler_error
 from jobcore.worker._settling import RETRY_CAP
 
@@ -186,6 +186,7 @@ class Leases:
             w._claiming.release_slot(attempt)
             w._wake.set()
             return
+        end_span(attempt, "called_off")
         events.emit(
             "lease_lost", attempt.job, "job %s (%s) attempt %d called off: %s; its outcome will not be recorded",
             attempt.job.id, attempt.job.name, attempt.job.attempt, reason, level=logging.WARNING,
@@ -207,6 +208,8 @@ class Leases:
         reason = f"the attempt ran longer than its timeout of {attempt.handle.timeout:g}s"
         w._running.call_off(attempt, reason, timed_out=True)
         error = JobTimeout(f"job {job.id} ({job.name}) attempt {job.attempt}: {reason}", "raise timeout or split it")
+        if attempt.span is not None:
+            attempt.span.record(error)
         attempt.log.warning("job %s (%s) timed out after %gs", job.id, job.name, attempt.handle.timeout)
         options = w._retry_options(attempt.handle, job, error)
         w._settling.nack(attempt, handler_error(error), options)

@@ -110,13 +110,25 @@ class Runners:
 
     def _run_sync(self, attempt: Attempt) -> None:
         assert attempt.handle is not None
-        self._finished(attempt, run_sync(attempt.handle, attempt.job, attempt.ctx))
+        span = attempt.span
+        if span is None:
+            self._finished(attempt, run_sync(attempt.handle, attempt.job, attempt.ctx))
+            return
+        with span.activate():  # tracing on: the handler's own spans are the attempt's children
+            outcome = run_sync(attempt.handle, attempt.job, attempt.ctx)
+        self._finished(attempt, outcome)
 
     async def _run_async(self, attempt: Attempt) -> None:
         assert attempt.handle is not None
         if attempt.status is not S.RUNNING:  # called off before it got to start
             return
-        self._finished(attempt, await run_async(attempt.handle, attempt.job, attempt.ctx))
+        span = attempt.span
+        if span is None:
+            self._finished(attempt, await run_async(attempt.handle, attempt.job, attempt.ctx))
+            return
+        with span.activate():
+            outcome = await run_async(attempt.handle, attempt.job, attempt.ctx)
+        self._finished(attempt, outcome)
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._w._attempts.lock:
@@ -183,6 +195,9 @@ class Runners:
         if raised is None:
             w._settling.ack(attempt, outcome.result)
             return
+        span = attempt.span
+        if span is not None:
+            span.record(raised)
         job = attempt.job
         if isinstance(raised, SHUTDOWN_SIGNALS):
             attempt.log.warning("job %s (%s) raised %s: stopping the worker", job.id, job.name, type(raised).__name__)

@@ -20,7 +20,7 @@ from jobcore.driver import JobDriver, LandedAcks
 from jobcore.errors import ConfigurationError, InvalidInput
 from jobcore.records import Job, JobState
 from jobcore.registry import job_logger
-from jobcore.worker._attempt import TO_SETTLE, Attempt, AttemptStatus
+from jobcore.worker._attempt import TO_SETTLE, Attempt, AttemptStatus, end_span
 from jobcore.worker._execution import handler_error, logger, unstorable
 
 if TYPE_CHECKING:
@@ -156,6 +156,7 @@ class Settler:
         late = w._timer() > w._leases.deadline(attempt) + w._lease_s
         if not (force or w._killed or late or (stop_at is not None and time.monotonic() >= stop_at)):
             return False
+        end_span(attempt, "settle_abandoned")
         w._count("settle_abandoned", 1)
         attempt.log.error(
             "gave up settling job %s (%s) after %d tries; its lease will lapse and it will run again",
@@ -289,6 +290,8 @@ class Settler:
         for item, answer in done:
             attempt = item.attempt
             job = attempt.job
+            if attempt.span is not None:
+                end_span(attempt, "completed")
             events.emit(
                 "settled", job, "job %s (%s) %s", job.id, job.name, "completed", level=logging.INFO,
                 outcome="completed", error_type=None, duration_s=now - attempt.started_at, worker_id=w.worker_id,
@@ -313,6 +316,7 @@ class Settler:
         self.forget(attempt)
         job = attempt.job
         if not landed:
+            end_span(attempt, "not_landed")
             w._count("not_landed", 1)
             events.emit(
                 "lease_lost", job,
@@ -340,17 +344,20 @@ class Settler:
                 w._count("retried", 1)
                 # An attempt given back (not counted) is "released"; a failed one is a "retry".
                 given_back = item.options.get("counts_as_attempt") is False
+                end_span(attempt, "released" if given_back else "retry")
                 events.emit(
                     "settled", job, "job %s (%s) will retry at %s (attempt %d of %d failed)", job.id, job.name,
                     answer.run_at.isoformat(), answer.attempt, answer.max_attempts,
                     outcome="released" if given_back else "retry", **fields,
                 )
             else:
+                end_span(attempt, JobState(answer.state).value)
                 events.emit(
                     "settled", job, "job %s (%s) settled %s", job.id, job.name, JobState(answer.state).value,
                     outcome=JobState(answer.state).value, **fields,
                 )
         if outcome is not None:
+            end_span(attempt, outcome)
             w._count(outcome)
             level = logging.INFO if outcome == "completed" else logging.ERROR
             events.emit(

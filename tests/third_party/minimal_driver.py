@@ -97,6 +97,8 @@ class _Row:
         self.result: str | None = None
         self.errors: list[JobError] = []
         self.progress: Progress | None = None  # the running attempt's, cleared by the next claim (G04)
+        # Tracing (jobcore.contrib.otel): the enqueuing trace's context, kept as given, handed out as a copy.
+        self.trace = None if job.trace_context is None else dict(job.trace_context)
 
     def job(self, duplicate: bool = False) -> Job:
         return Job(
@@ -107,7 +109,8 @@ class _Row:
             lease_expires_at=self.lease_expires_at, key=self.key,
             result=None if self.result is None else json.loads(self.result),
             last_error=self.errors[-1] if self.errors else None, errors=tuple(self.errors),
-            progress=self.progress, duplicate=duplicate,
+            progress=self.progress, trace_context=None if self.trace is None else dict(self.trace),
+            duplicate=duplicate,
         )
 
     def matches(self, flt: JobFilter) -> bool:

@@ -30,7 +30,7 @@ __all__ = ["JOB_COLUMNS", "JobStatements"]
 JOB_COLUMNS: Final = (
     "id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
     "created_at", "attempted_at", "finished_at", "worker_id", "claim_no", "lease_expires_at", "key",
-    "result", "errors", "progress",
+    "result", "errors", "progress", "trace",
 )
 _COLS: Final = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
 
@@ -141,13 +141,14 @@ class EnqueueStatements:
 WITH {_STAMP}, input AS (
     SELECT nextval({{seq}}) AS id, t.ord, t.item->>0 AS name, t.item->>1 AS queue, t.item->>2 AS payload,
            (t.item->>4)::int AS priority, {_ITEM_RUN_AT} AS run_at,
-           (t.item->>6)::int AS max_attempts, t.item->>7 AS key
+           (t.item->>6)::int AS max_attempts, t.item->>7 AS key,
+           (CASE WHEN jsonb_typeof(t.item->8) = 'object' THEN t.item->8 END) AS trace
     FROM jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord) CROSS JOIN stamp AS s
 ), ins AS (
     INSERT INTO {{jobs}} AS j (id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
-                             created_at, claim_no, key, errors)
+                             created_at, claim_no, key, errors, trace)
     SELECT i.id, i.name, i.queue, i.payload, {_state_for("i.run_at", "s.now")}, i.priority, 0, i.max_attempts,
-           i.run_at, s.now, 0, i.key, '[]'::jsonb
+           i.run_at, s.now, 0, i.key, '[]'::jsonb, i.trace
     FROM input AS i CROSS JOIN stamp AS s ORDER BY i.name, i.key, i.ord
     ON CONFLICT (name, key) WHERE key IS NOT NULL AND state IN {LIVE} DO NOTHING
     RETURNING {_COLS}
@@ -165,9 +166,11 @@ WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ins AS x WHERE x.id = i.id
 """)
     """One round trip for one job or a batch (E01, E02, E05). The batch arrives as one JSON
     array of ``[name, queue, payload, delay_ms, priority, run_at or null, max_attempts, key]``
-    rows (due at ``run_at`` when given, else the store's now plus the delay; one
-    C-encoded text parameter costs the client far less than eight adapted arrays). Ids come
-    from the sequence in input order; rows are inserted in (name, key) order, so batches racing on the same keys
+    rows (plus, for a traced job, its trace context object as a ninth element; the driver
+    sends traced jobs here only, so the keyless forms below never carry one), due at
+    ``run_at`` when given, else the store's now plus the delay (one C-encoded text parameter
+    costs the client far less than eight adapted arrays). Ids come from the sequence in
+    input order; rows are inserted in (name, key) order, so batches racing on the same keys
     wait for each other in one order and cannot deadlock. A key conflict inserts nothing;
     the item answers the live holder, either an older row or an earlier item of the batch.
     A holder committed by another transaction after this statement's snapshot is not

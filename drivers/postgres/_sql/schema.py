@@ -103,6 +103,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # attempt, NULL when none was reported. No default, so adding it rewrites no row; no
     # index reads it, so a progress write can be HOT.
     ("ALTER TABLE {jobs} ADD COLUMN progress jsonb",),
+    # 8: tracing (jobcore.contrib.otel): the enqueuing trace's W3C context, stored with a job
+    # enqueued while tracing was on; NULL otherwise. No default, so adding it rewrites no row.
+    ("ALTER TABLE {jobs} ADD COLUMN trace jsonb",),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
