@@ -184,9 +184,18 @@ def test_a_driver_without_the_verb_keeps_progress_in_the_process() -> None:
         return payload
 
     ids = [j.id for j in steps.enqueue_many([1, 2, 3], driver=driver)]
-    with _worker(driver, registry, concurrency=1, progress_interval=0.01):
+    with _worker(driver, registry, concurrency=1, progress_interval=0.01) as worker:
+        tries = [0]
+        send = worker._leases.send_progress
+
+        def counted(attempt: Any) -> None:
+            tries[0] += 1
+            send(attempt)
+
+        worker._leases.send_progress = counted  # type: ignore[method-assign]
         jobs = _wait_done(driver, ids)
     assert Older.asked == 1
+    assert tries[0] <= 1  # asked no more: no busy loop over the pending reports
     assert {j.state for j in jobs} == {JobState.DONE}
 
 
