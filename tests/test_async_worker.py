@@ -232,6 +232,35 @@ async def test_a_handler_exception_retries_after_its_backoff(store: Store) -> No
 
 
 @pytest.mark.asyncio
+async def test_an_async_handlers_progress_is_stored_while_it_runs_and_before_it_settles(store: Store) -> None:
+    """Rules G through the async worker: ctx.progress does no I/O on the loop; the store shows it mid-run and last."""
+    registry = Registry()
+    release = asyncio.Event()
+
+    @registry.job(name="rows")
+    async def rows(payload: int, ctx: JobContext) -> str:
+        for n in range(1, 1001):
+            ctx.progress(n / 2000, f"row {n}")
+        await release.wait()
+        ctx.progress(1.0, "all rows")
+        return "ok"
+
+    job = await store.jobs.enqueue("rows", 1)
+    async with store.worker(registry, progress_interval=0.05):
+
+        async def halfway() -> Any:
+            progress = (await store.get(job.id)).progress
+            return progress if progress is not None and progress.value == 0.5 else None
+
+        mid = await until(halfway, "the mid-run progress stored")
+        assert mid.message == "row 1000"
+        release.set()
+        done = await store.until(job.id, "done")
+    assert done.progress is not None
+    assert (done.progress.value, done.progress.message) == (1.0, "all rows")
+
+
+@pytest.mark.asyncio
 async def test_W01_heartbeats_keep_the_lease_of_an_async_handler_that_outlives_it(store: Store) -> None:
     registry = Registry()
     started, release = asyncio.Event(), asyncio.Event()

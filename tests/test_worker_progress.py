@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from jobcore.drivers.memory import MemoryDriver
 
-from jobcore.errors import NotSupported, OptionInvalid
+from jobcore.errors import BackendUnavailable, NotSupported, OptionInvalid
 from jobcore.records import ClaimToken, Job, JobState
 from jobcore.registry import JobContext, Registry
 from jobcore.worker import Worker
@@ -184,9 +185,18 @@ def test_a_driver_without_the_verb_keeps_progress_in_the_process() -> None:
         return payload
 
     ids = [j.id for j in steps.enqueue_many([1, 2, 3], driver=driver)]
-    with _worker(driver, registry, concurrency=1, progress_interval=0.01):
+    with _worker(driver, registry, concurrency=1, progress_interval=0.01) as worker:
+        tries = [0]
+        send = worker._leases.send_progress
+
+        def counted(attempt: Any) -> None:
+            tries[0] += 1
+            send(attempt)
+
+        worker._leases.send_progress = counted  # type: ignore[method-assign]
         jobs = _wait_done(driver, ids)
     assert Older.asked == 1
+    assert tries[0] <= 1  # asked no more: no busy loop over the pending reports
     assert {j.state for j in jobs} == {JobState.DONE}
 
 
@@ -195,3 +205,32 @@ def test_progress_interval_is_checked() -> None:
     for bad in (0, -1, float("nan"), "1s"):
         with pytest.raises(OptionInvalid):
             Worker(["default"], driver=MemoryDriver(), progress_interval=bad)  # type: ignore[arg-type]
+
+
+def test_a_store_refusing_progress_writes_never_fails_the_job(caplog: pytest.LogCaptureFixture) -> None:
+    """Progress is best effort: failing writes are logged (once while they keep failing); the job completes."""
+
+    class Failing(MemoryDriver):
+        asked = 0
+
+        def progress(self, token: ClaimToken, value: float | None = None, message: str | None = None) -> bool:
+            Failing.asked += 1
+            raise BackendUnavailable("the store is away", "wait")
+
+    driver = Failing()
+    registry = Registry()
+
+    @registry.job(name="steps")
+    def steps(payload: int, ctx: JobContext) -> int:
+        for n in range(10):
+            ctx.progress(n / 9, f"step {n}")
+            time.sleep(0.03)
+        return payload
+
+    ids = [steps.enqueue(1, driver=driver).id]
+    with caplog.at_level(logging.WARNING, logger="jobcore"), _worker(driver, registry, progress_interval=0.05):
+        (job,) = _wait_done(driver, ids)
+    assert job.state is JobState.DONE
+    assert job.progress is None
+    assert 2 <= Failing.asked <= 10  # throttled while failing too, plus the try before the ack
+    assert sum("progress failed" in r.getMessage() for r in caplog.records) == 1

@@ -102,7 +102,7 @@ class Leases:
                             attempt.next_beat = time.monotonic() + w.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
             # Progress after every renewal due: a slow progress write never delays a heartbeat of this round.
-            for attempt in attempts:
+            for attempt in () if w._progress_off else attempts:
                 if attempt.ctx.progress_seq != attempt.progress_sent and attempt.status is S.RUNNING:
                     if w._killed or self.stopped:
                         return

@@ -179,7 +179,7 @@ class Settler:
                 if item.attempt.status is not AttemptStatus.SETTLING:
                     book.move(item.attempt, AttemptStatus.SETTLING)
         for item in live:
-            if not item.tries and item.attempt.ctx.progress_seq != item.attempt.progress_sent:
+            if not item.tries and item.attempt.ctx.progress_seq != item.attempt.progress_sent and not w._progress_off:
                 # The last report before the settle (rules G): stored while the token is still current.
                 w._leases.send_progress(item.attempt)
         for item in live:

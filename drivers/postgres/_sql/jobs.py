@@ -336,7 +336,7 @@ RETURNING j.id
     PROGRESS = Sql(f"""
 UPDATE {{jobs}} AS j SET progress = jsonb_build_object(
     'value', %(value)s::float8, 'message', %(message)s::text, 'at', {NOW_MS})
-WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+WHERE j.id = %(id)s AND j.claim_no = %(claim_no)s AND j.worker_id = %(worker)s AND j.state = {_RUNNING}
 RETURNING j.id
 """)
     """Store a current token's progress (G01, G02), fenced as :data:`HEARTBEAT` is; it sets no
