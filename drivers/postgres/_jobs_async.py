@@ -116,11 +116,11 @@ class AsyncPostgresJobs:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """What this driver offers; ``notify`` unless a transaction pooler is in the way and
-        no ``listen_url`` was given (finding that out may take a connection)."""
+        """What this driver offers; ``notify`` and ``finish_notify`` (LISTEN) unless a transaction
+        pooler is in the way and no ``listen_url`` was given (finding that out may take a connection)."""
         d = self._d
         if d.listen_url is not None or not d._behind_pooler():
-            return _CAPABILITIES | {"notify"}
+            return _CAPABILITIES | {"notify", "finish_notify"}
         return _CAPABILITIES
 
     # -- enqueue -----------------------------------------------------------------------
@@ -189,7 +189,7 @@ class AsyncPostgresJobs:
         d = self._d
         rows = await d._fetch(d.q.CLAIM, {
             "queues": list(queues), "worker": worker_id, "limit": limit, "now": d._now(), "lease_ms": lease // _MS,
-            "drop": sorted(drop), "start": start,
+            "drop": sorted(drop), "start": start, "finished": d.finish_channel,
         }, retry=True)
         claimed: list[Claimed] = []
         buried: list[Job] = []
@@ -238,13 +238,13 @@ class AsyncPostgresJobs:
             where.append(index)
         if not rows:
             return answers
-        params = {"items": json.dumps(rows), "now": d._now()}
+        params = {"items": json.dumps(rows), "now": d._now(), "finished": d.finish_channel}
         if landed_only:
-            for (ordinal,) in await d._fetch(d.q.ACK_MANY_LANDED, params):
+            for ordinal, _ in await d._fetch(d.q.ACK_MANY_LANDED, params):
                 answers[where[ordinal - 1]] = True
             return answers
-        for row in await d._fetch(d.q.ACK_MANY, params):
-            answers[where[row[0] - 1]] = job_from_row(row[1:])
+        for row in await d._fetch(d.q.ACK_MANY, params):  # (ord, notified a waiter, job...)
+            answers[where[row[0] - 1]] = job_from_row(row[2:])
         return answers
 
     async def nack(
@@ -258,13 +258,15 @@ class AsyncPostgresJobs:
         rows = await d._fetch(d.q.NACK, {
             **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
             "dead_letter": dead_letter, "type": type_name, "message": message, "now": d._now(),
-            "retry_at": retry_at, "channel": d.channel,
+            "retry_at": retry_at, "channel": d.channel, "finished": d.finish_channel,
         })
-        return job_from_row(rows[0]) if rows else None
+        return job_from_row(rows[0][1:]) if rows else None  # (notified a waiter, job...)
 
     # -- wake-ups, schema, lifecycle -------------------------------------------------------
 
-    async def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> AsyncListener:
+    async def _listen_target(self) -> tuple[str, dict[str, Any], Any]:
+        """Where a LISTEN connects: ``(conninfo, connect kwargs, call_timeout)``; ``JC_NOT_SUPPORTED``
+        when only a transaction pooler is at hand."""
         d = self._d
         pool_kwargs = d._pool.kwargs if isinstance(d._pool.kwargs, dict) else {}
         conninfo = d._pool.conninfo if isinstance(d._pool.conninfo, str) else ""
@@ -276,7 +278,11 @@ class AsyncPostgresJobs:
                 "wake-ups (LISTEN) cannot go through a transaction pooler, and no listen_url was given",
                 "pass listen_url=postgresql://... (the server itself) for wake-ups, or let workers poll",
             )
-        bound = pool_kwargs.get("call_timeout", d.call_timeout)
+        return conninfo, kwargs, pool_kwargs.get("call_timeout", d.call_timeout)
+
+    async def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> AsyncListener:
+        d = self._d
+        conninfo, kwargs, bound = await self._listen_target()
         listener = await AsyncListener.start(conninfo, kwargs, d.channel, tuple(queues), callback, call_timeout=bound)  # sync: listener = Listener(conninfo, kwargs, d.channel, tuple(queues), callback, call_timeout=bound)
         if listener.refused is not None:
             listener.close()
@@ -284,6 +290,33 @@ class AsyncPostgresJobs:
                 listener.refused, "give listen_url the PostgreSQL server itself (not the pooler), or let workers poll",
             )
         d._listeners.append(listener)
+        return listener
+
+    async def watch(self, seq: int, wake: Callable[[], None]) -> AsyncListener:
+        """``wait``'s wake-ups for job ``seq`` (A02): LISTEN on the finish channel, then mark the
+        row waited on (:data:`WAIT_MARK`), so the statement that finishes it NOTIFYs its id.
+
+        The mark commits after the LISTEN is in place, and a finish either committed before
+        it (the door's next read sees it) or sees the mark (it waited on the row lock) and
+        notifies. Through a transaction pooler without ``listen_url``: ``JC_NOT_SUPPORTED``,
+        and ``wait`` polls. One listening connection per waiter, held while it waits.
+        """
+        d = self._d
+        conninfo, kwargs, bound = await self._listen_target()
+        job_id = str(seq)
+
+        def heard(_: str) -> None:
+            wake()
+
+        listener = await AsyncListener.start(conninfo, kwargs, d.finish_channel, (job_id,), heard, call_timeout=bound)  # sync: listener = Listener(conninfo, kwargs, d.finish_channel, (job_id,), heard, call_timeout=bound)
+        if listener.refused is not None:
+            listener.close()
+            raise NotSupported(listener.refused, "give listen_url the PostgreSQL server itself, or let wait poll")
+        try:
+            await d._fetch(d.q.WAIT_MARK, {"id": seq})
+        except BaseException:
+            listener.close()
+            raise
         return listener
 
     async def migrate(self, dry_run: bool) -> Migration:

@@ -36,7 +36,7 @@ from jobcore.errors import redact
 from ._pool import BoundedConnection, Session
 from ._sql import LISTEN, render
 
-__all__ = ["PROBE_AFTER", "Listener", "channel_for"]
+__all__ = ["PROBE_AFTER", "Listener", "channel_for", "finish_channel_for"]
 
 log = logging.getLogger("jobcore.drivers.postgres")
 
@@ -52,6 +52,17 @@ def channel_for(schema: str) -> str:
     if len(name.encode()) <= 63:
         return name
     return f"jobcore.{hashlib.sha1(schema.encode()).hexdigest()}"  # noqa: S324 - a name, not a secret
+
+
+def finish_channel_for(schema: str) -> str:
+    """The channel ``wait``'s wake-ups go on (A02): the payload is the finished job's id.
+
+    Only a job some ``wait`` marked (its ``waited`` column) is ever notified, so a job nobody
+    waits on costs no NOTIFY (a NOTIFY takes a lock held to the end of the commit)."""
+    name = f"jobcore.finished.{schema}"
+    if len(name.encode()) <= 63:
+        return name
+    return f"jobcore.finished.{hashlib.sha1(schema.encode()).hexdigest()}"  # noqa: S324 - a name, not a secret
 
 
 class Listener:

@@ -99,6 +99,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # started. A constant default, so adding the column rewrites no row (PostgreSQL 11+).
     # No index reads it: starting a held claim touches no indexed column and can be HOT.
     ("ALTER TABLE {jobs} ADD COLUMN held boolean NOT NULL DEFAULT false",),
+    # 7: waiting on results (A02): a live row some ``wait`` watches. Only such rows are
+    # NOTIFYed when they finish, so a job nobody waits on costs no NOTIFY. A constant
+    # default: adding it rewrites no row; no index reads it.
+    ("ALTER TABLE {jobs} ADD COLUMN waited boolean NOT NULL DEFAULT false",),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
