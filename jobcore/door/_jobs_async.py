@@ -61,7 +61,7 @@ class AsyncJobsBackend(Protocol):
             :meth:`insert` may receive (``psycopg.Connection``, pymongo's ``ClientSession``);
             the door refuses anything else (``JC_OPTION_INVALID``).
 
-    Optional, with the ``finish_notify`` capability: ``watch(seq, wake) -> Subscription`` (awaited)
+    Optional, declared by the ``finish_notify`` capability: ``watch(seq, wake) -> Subscription`` (awaited)
     calls ``wake()`` when job ``seq`` may have finished (A02), until the answer's
     ``close()``. From the moment it returns, every settle that finishes the job (ack, a
     nack to ``dead``/``failed``, burial, cancel) calls ``wake()`` soon after it commits,
@@ -342,12 +342,13 @@ class AsyncFrontDoor:
         return job
 
     async def _watch(self, job: Job, wake: AsyncWake) -> Subscription | None:
-        """The backend's finish watch on ``job`` (``finish_notify``), or ``None``: poll."""
-        if "finish_notify" not in self.capabilities:
+        """The backend's finish watch on ``job``, or ``None`` (it has none, or refused one now): poll."""
+        start = getattr(self._backend, "watch", None)
+        if start is None:
             return None
         try:
-            watch: Subscription = await self._backend.watch(int(job.id), wake.set)  # type: ignore[attr-defined]
-        except NotSupported:
+            watch: Subscription = await start(int(job.id), wake.set)
+        except NotSupported:  # not here, not now (a pooler in the way, a server without change streams)
             return None
         return watch
 
