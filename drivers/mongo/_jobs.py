@@ -29,7 +29,6 @@ from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_F
 from . import _docs as d
 from ._errors import translated
 from ._watch import Hub, Silent, Subscription
-from ._watch import waiting_key
 
 if TYPE_CHECKING:
     from ._store import MongoStore
@@ -346,7 +345,7 @@ class MongoJobs:
                 hub = Hub(self._d)
                 hub.start()
                 self._d._hub = hub
-            return self._d._hub.add((frozenset({waiting_key(seq)}), heard))
+            return self._d._hub.add((frozenset({d.waiting_key(seq)}), heard))
 
     def migrate(self, dry_run: bool) -> Migration:
         return self._d._migrate(dry_run=dry_run)

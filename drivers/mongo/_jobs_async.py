@@ -30,7 +30,6 @@ from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_F
 from . import _docs as d
 from ._errors import translated_async
 from ._unblocking import AsyncHub, AsyncSubscription, Silent  # sync: from ._watch import Hub, Silent, Subscription
-from ._watch import waiting_key
 
 if TYPE_CHECKING:
     from ._store_async import AsyncMongoStore
@@ -349,7 +348,7 @@ class AsyncMongoJobs:
                 hub = AsyncHub(self._d)
                 await hub.start()
                 self._d._hub = hub
-            return self._d._hub.add((frozenset({waiting_key(seq)}), heard))
+            return self._d._hub.add((frozenset({d.waiting_key(seq)}), heard))
 
     async def migrate(self, dry_run: bool) -> Migration:
         return await self._d._migrate(dry_run=dry_run)

@@ -27,10 +27,12 @@ from pymongo import errors as pe
 from jobcore.errors import JobcoreError
 from jobcore.records import JobState
 
+from ._docs import waiting_key
+
 if TYPE_CHECKING:
     from ._store import MongoStore
 
-__all__ = ["Hub", "Silent", "Subscription", "finished_key", "waiting_key", "woken"]
+__all__ = ["Hub", "Silent", "Subscription", "finished_key", "woken"]
 
 _log = logging.getLogger("jobcore.drivers.mongo")
 
@@ -64,11 +66,6 @@ def woken(doc: dict[str, Any] | None) -> tuple[str, datetime | None] | None:
     if state == SCHEDULED and isinstance(run_at, datetime):
         return queue, run_at
     return None
-
-
-def waiting_key(seq: int) -> str:
-    """The name a ``wait`` on job ``seq`` subscribes under (A02): no queue name holds a NUL."""
-    return f"\0job:{seq}"
 
 
 def finished_key(doc: dict[str, Any] | None) -> str | None:
