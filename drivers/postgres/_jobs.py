@@ -309,7 +309,7 @@ class PostgresJobs:
         def heard(_: str) -> None:
             wake()
 
-        listener = Listener(conninfo, kwargs, d.finish_channel, (job_id,), heard, call_timeout=bound)
+        listener = Listener(conninfo, kwargs, d.finish_channel, (job_id,), heard, call_timeout=bound, join=False)
         if listener.refused is not None:
             listener.close()
             raise NotSupported(listener.refused, "give listen_url the PostgreSQL server itself, or let wait poll")

@@ -66,12 +66,17 @@ def finish_channel_for(schema: str) -> str:
 
 
 class Listener:
-    """A running subscription; :meth:`close` stops its thread (idempotent)."""
+    """A running subscription; :meth:`close` stops its thread (idempotent).
+
+    ``join=False`` (a ``wait``'s watch): :meth:`close` returns at once and the thread ends by
+    itself within a quarter of a second, closing its connection, so the waiter's answer does
+    not wait for it."""
 
     def __init__(
         self, conninfo: str, kwargs: dict[str, Any], channel: str, queues: Iterable[str],
-        callback: Callable[[str], None], *, call_timeout: float | None,
+        callback: Callable[[str], None], *, call_timeout: float | None, join: bool = True,
     ) -> None:
+        self._join = join
         self._conninfo, self._kwargs = conninfo, {**kwargs, "autocommit": True, "call_timeout": call_timeout}
         self._channel = channel
         self._queues = frozenset(queues)
@@ -147,5 +152,5 @@ class Listener:
     def close(self) -> None:
         """Stop listening and join the thread."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if self._join and self._thread is not threading.current_thread():
             self._thread.join(5)
