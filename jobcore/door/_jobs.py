@@ -307,7 +307,7 @@ class FrontDoor:
 
         Reads the job; while it is live, sleeps until the backend's watch (``finish_notify``)
         wakes it or a poll is due, and reads it again. Without a watch the pauses start at
-        :data:`~jobcore.door._common.FIRST_POLL` seconds and double up to ``poll``; with one,
+        ``FIRST_POLL`` (50 ms) and double up to ``poll``; with one,
         polling is only the safety net, every ``poll`` seconds. ``timeout`` is real time on
         this process's monotonic clock (it bounds how long the caller sleeps), never the
         store's clock.
