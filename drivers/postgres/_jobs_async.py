@@ -9,6 +9,7 @@ time decision is the statement's, on the store's clock (F01).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,8 @@ from jobcore import validate as v
 from jobcore.errors import BackendUnavailable, NotSupported, OptionInvalid
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
-from ._anotify import AsyncListener  # sync: from ._notify import Listener
+from ._anotify import AsyncFinishHub, AsyncListener  # sync: from ._notify import FinishHub, Listener, Waiting
+from ._notify import Waiting  # sync: drop
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 
 if TYPE_CHECKING:
@@ -109,6 +111,8 @@ class AsyncPostgresJobs:
 
     def __init__(self, driver: AsyncPostgresDriver) -> None:
         self._d = driver
+        self._hub: AsyncFinishHub | None = None
+        self._hub_guard = threading.Lock()
 
     @property
     def clock(self) -> Any:
@@ -292,32 +296,43 @@ class AsyncPostgresJobs:
         d._listeners.append(listener)
         return listener
 
-    async def watch(self, seq: int, wake: Callable[[], None]) -> AsyncListener:
-        """``wait``'s wake-ups for job ``seq`` (A02): LISTEN on the finish channel, then mark the
-        row waited on (:data:`WAIT_MARK`), so the statement that finishes it NOTIFYs its id.
+    async def watch(self, seq: int, wake: Callable[[], None]) -> Waiting:
+        """``wait``'s wake-ups for job ``seq`` (A02): registered with the driver's finish hub (its
+        one LISTEN on the finish channel), then the row is marked waited on (``WAIT_MARK``),
+        so the statement that finishes it NOTIFYs its id.
 
         The mark commits after the LISTEN is in place, and a finish either committed before
         it (the door's next read sees it) or sees the mark (it waited on the row lock) and
         notifies. Through a transaction pooler without ``listen_url``: ``JC_NOT_SUPPORTED``,
-        and ``wait`` polls. One listening connection per waiter, held while it waits.
+        and ``wait`` polls.
         """
-        d = self._d
-        conninfo, kwargs, bound = await self._listen_target()
-        job_id = str(seq)
-
-        def heard(_: str) -> None:
-            wake()
-
-        listener = await AsyncListener.start(conninfo, kwargs, d.finish_channel, (job_id,), heard, call_timeout=bound)  # sync: listener = Listener(conninfo, kwargs, d.finish_channel, (job_id,), heard, call_timeout=bound, join=False)
-        if listener.refused is not None:
-            listener.close()
-            raise NotSupported(listener.refused, "give listen_url the PostgreSQL server itself, or let wait poll")
+        hub = await self._finish_hub()
+        waiting = hub.add(str(seq), wake)
         try:
-            await d._fetch(d.q.WAIT_MARK, {"id": seq})
+            await self._d._fetch(self._d.q.WAIT_MARK, {"id": seq})
         except BaseException:
-            listener.close()
+            waiting.close()
             raise
-        return listener
+        return waiting
+
+    async def _finish_hub(self) -> AsyncFinishHub:
+        """The driver's finish hub, opened by the first ``wait`` and closed with the driver."""
+        d = self._d
+        hub = self._hub
+        if hub is None:
+            conninfo, kwargs, bound = await self._listen_target()
+            made = await AsyncFinishHub.open(conninfo, kwargs, d.finish_channel, call_timeout=bound)  # sync: made = FinishHub(conninfo, kwargs, d.finish_channel, call_timeout=bound)
+            with self._hub_guard:
+                hub = self._hub
+                if hub is None:
+                    self._hub = hub = made
+                    d._listeners.append(made)
+            if hub is not made:  # another wait opened one meanwhile
+                made.close()
+        assert hub is not None
+        if hub.refused is not None:
+            raise NotSupported(hub.refused, "give listen_url the PostgreSQL server itself, or let wait poll")
+        return hub
 
     async def migrate(self, dry_run: bool) -> Migration:
         """Install or upgrade jobcore's schema; idempotent, safe to run from several processes.

@@ -36,7 +36,7 @@ from jobcore.errors import redact
 from ._pool import BoundedConnection, Session
 from ._sql import LISTEN, render
 
-__all__ = ["PROBE_AFTER", "Listener", "channel_for", "finish_channel_for"]
+__all__ = ["EVERY", "PROBE_AFTER", "FinishHub", "Listener", "Waiting", "channel_for", "finish_channel_for"]
 
 log = logging.getLogger("jobcore.drivers.postgres")
 
@@ -54,6 +54,10 @@ def channel_for(schema: str) -> str:
     return f"jobcore.{hashlib.sha1(schema.encode()).hexdigest()}"  # noqa: S324 - a name, not a secret
 
 
+EVERY: Final = "*"
+"""A finish hub's one "queue": after a reconnect it is delivered once, waking every waiter."""
+
+
 def finish_channel_for(schema: str) -> str:
     """The channel ``wait``'s wake-ups go on (A02): the payload is the finished job's id.
 
@@ -66,17 +70,12 @@ def finish_channel_for(schema: str) -> str:
 
 
 class Listener:
-    """A running subscription; :meth:`close` stops its thread (idempotent).
-
-    ``join=False`` (a ``wait``'s watch): :meth:`close` returns at once and the thread ends by
-    itself within a quarter of a second, closing its connection, so the waiter's answer does
-    not wait for it."""
+    """A running subscription; :meth:`close` stops its thread (idempotent)."""
 
     def __init__(
         self, conninfo: str, kwargs: dict[str, Any], channel: str, queues: Iterable[str],
-        callback: Callable[[str], None], *, call_timeout: float | None, join: bool = True,
+        callback: Callable[[str], None], *, call_timeout: float | None,
     ) -> None:
-        self._join = join
         self._conninfo, self._kwargs = conninfo, {**kwargs, "autocommit": True, "call_timeout": call_timeout}
         self._channel = channel
         self._queues = frozenset(queues)
@@ -152,5 +151,56 @@ class Listener:
     def close(self) -> None:
         """Stop listening and join the thread."""
         self._stop.set()
-        if self._join and self._thread is not threading.current_thread():
+        if self._thread is not threading.current_thread():
             self._thread.join(5)
+
+
+class Waiting:
+    """One ``wait``'s registration with a :class:`FinishHub` (or its async twin); ``close()``
+    ends it (idempotent, from any thread)."""
+
+    def __init__(self, hub: Any, job_id: str, wake: Callable[[], None]) -> None:
+        self._hub, self._job_id, self._wake = hub, job_id, wake
+
+    def close(self) -> None:
+        self._hub.remove(self._job_id, self._wake)
+
+
+class FinishHub(Listener):
+    """The driver's one LISTEN on the finish channel, shared by every ``wait`` (A02).
+
+    Opened by the first wait and kept until the driver closes: one connection per driver
+    however many wait at once. A NOTIFY's payload is a job id; its waiters are woken (the
+    door then reads the job). After a reconnect every waiter is woken once, since
+    notifications sent meanwhile were lost.
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], channel: str, *, call_timeout: float | None) -> None:
+        self._waiters: dict[str, list[Callable[[], None]]] = {}
+        self._guard = threading.Lock()
+        super().__init__(conninfo, kwargs, channel, (EVERY,), lambda _: None, call_timeout=call_timeout)
+
+    def add(self, job_id: str, wake: Callable[[], None]) -> Waiting:
+        with self._guard:
+            self._waiters.setdefault(job_id, []).append(wake)
+        return Waiting(self, job_id, wake)
+
+    def remove(self, job_id: str, wake: Callable[[], None]) -> None:
+        with self._guard:
+            waiting = self._waiters.get(job_id)
+            if waiting is not None and wake in waiting:
+                waiting.remove(wake)
+                if not waiting:
+                    del self._waiters[job_id]
+
+    def _deliver(self, queue: str) -> None:
+        with self._guard:
+            if queue == EVERY:
+                targets = [wake for wakes in self._waiters.values() for wake in wakes]
+            else:
+                targets = list(self._waiters.get(queue, ()))
+        for wake in targets:
+            try:
+                wake()
+            except Exception:
+                log.exception("jobcore wait wake-up failed for job %r", queue)
