@@ -129,3 +129,30 @@ def test_a_pooled_listen_url_falls_back_to_polling(request: pytest.FixtureReques
     finally:
         driver.close()
         fx.drop_schema(pool, schema)
+
+
+def test_waiters_share_one_listening_connection(driver: Any, pool: Any) -> None:
+    """Five waits at once hold one LISTEN connection between them (the driver's finish hub), and all answer."""
+    jobs = [driver.enqueue("shared", {"n": n}) for n in range(5)]
+    tokens = {c.job.id: c.token for c in driver.claim(["default"], worker_id="w", lease=30, limit=5).claimed}
+    answers: dict[str, Any] = {}
+    waiters = [
+        threading.Thread(target=lambda j=j: answers.__setitem__(j.id, driver.wait(j.id, timeout=60, poll=60)))
+        for j in jobs
+    ]
+    for waiter in waiters:
+        waiter.start()
+    deadline = time.monotonic() + 10
+    while not all(_waited(driver, pool, j.id) for j in jobs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pool.connection() as conn:
+        listening = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+            (sql.SQL("LISTEN {}").format(sql.Identifier(driver.finish_channel)).as_string(conn),),
+        ).fetchone()
+    assert listening == (1,)
+    for job in jobs:
+        driver.ack(tokens[job.id], job.payload["n"])
+    for waiter in waiters:
+        waiter.join(30)
+    assert {job_id: a.result for job_id, a in answers.items()} == {j.id: j.payload["n"] for j in jobs}
