@@ -24,6 +24,8 @@ from jobcore.current import (
     set_job_driver,
     use_async_job_driver,
     use_job_driver,
+    wait_for_job,
+    wait_for_job_async,
 )
 from jobcore.driver import AsyncJobDriver, Introspector, JobDriver, LeaseStore, ScheduleStore
 from jobcore.errors import JobcoreError
@@ -143,4 +145,6 @@ __all__ = [
     "set_job_driver",
     "use_async_job_driver",
     "use_job_driver",
+    "wait_for_job",
+    "wait_for_job_async",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from jobcore.driver import AsyncJobDriver, JobDriver
+from jobcore.driver import AsyncJobDriver, Duration, JobDriver
 from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid, redact
 from jobcore.records import Job
 
@@ -29,6 +29,8 @@ __all__ = [
     "set_job_driver",
     "use_async_job_driver",
     "use_job_driver",
+    "wait_for_job",
+    "wait_for_job_async",
 ]
 
 _SCHEMES: dict[str, tuple[str, str, str]] = {
@@ -135,6 +137,14 @@ def cancel_job(job_id: str, reason: str | None = None, *, driver: JobDriver | No
     return job
 
 
+def wait_for_job(job_id: str, *, timeout: Duration, poll: Duration = 1.0, driver: JobDriver | None = None) -> Job:
+    """The job once it is finished, waiting up to ``timeout`` (rules A): ``driver.wait`` on the
+    process-wide driver (or ``driver``). Raises ``JC_WAIT_TIMEOUT`` (the job left alone) or
+    ``JC_JOB_NOT_FOUND``; see :meth:`jobcore.driver.JobDriver.wait`."""
+    target = driver if driver is not None else get_job_driver()
+    return target.wait(job_id, timeout=timeout, poll=poll)
+
+
 def set_async_job_driver(driver: AsyncJobDriver | None) -> AsyncJobDriver | None:
     """Choose the process-wide async driver (``None`` clears it); answers the previous one.
 
@@ -176,3 +186,12 @@ async def cancel_job_async(job_id: str, reason: str | None = None, *, driver: As
         raise JobNotCancellable(f"job {job_id} is finished or does not exist")
     assert isinstance(job, Job)
     return job
+
+
+async def wait_for_job_async(
+    job_id: str, *, timeout: Duration, poll: Duration = 1.0, driver: AsyncJobDriver | None = None,
+) -> Job:
+    """:func:`wait_for_job` on an async driver (the process-wide async one by default); the
+    event loop runs on while it waits."""
+    target = driver if driver is not None else get_async_job_driver()
+    return await target.wait(job_id, timeout=timeout, poll=poll)

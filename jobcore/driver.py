@@ -75,6 +75,7 @@ CAPABILITIES = {
     "transactional_enqueue": "enqueue can join the caller's own database transaction",
     "ack_landed_only": "ack_many(items, landed_only=True) answers True/False per item, reading no job back",
     "deferred_start": "claim(..., start=False) holds jobs unstarted and start(tokens) starts them (F04)",
+    "finish_notify": "wait() is woken by the store when the job finishes (A02); without it wait() polls",
 }
 """Capabilities a driver may declare in ``capabilities``; scenarios skip by these.
 
@@ -635,6 +636,28 @@ class JobDriver(Protocol):
         """
         ...
 
+    def wait(self, job_id: str, *, timeout: Duration, poll: Duration = 1.0) -> Job:
+        """Answer the job once it is finished: ``done`` with its ``result``, ``dead``/``failed``
+        with its ``last_error``, or ``cancelled`` (A01).
+
+        A job already finished answers at once. A driver declaring ``finish_notify`` is
+        woken by the store when the job finishes (LISTEN/NOTIFY, a change stream, the
+        memory store's own settle), and then ``poll`` (seconds or a timedelta, default 1 s)
+        is only the safety net between two reads; the others read the job again after
+        50 ms, doubling the pause up to ``poll`` (A02). Each wake-up is followed by a
+        read of the job: a notification's content is never trusted alone. Nothing is
+        written for a job nobody waits on.
+
+        ``timeout`` (seconds or a timedelta; real time, not the store's clock) passing with
+        the job still live raises ``JC_WAIT_TIMEOUT`` (:class:`~jobcore.errors.WaitTimeout`,
+        also a ``TimeoutError``, carrying the job as last read on ``.job``) and leaves the job
+        as it is: waiting never cancels (A03). An id no job has, or a job removed while
+        waited on, raises ``JC_JOB_NOT_FOUND``. Refused before anything is read or written:
+        a ``timeout`` or ``poll`` that is not a positive finite duration up to 7 days
+        (``JC_OPTION_INVALID``, A04), an id that is not a str.
+        """
+        ...
+
     def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Subscription:
         """Call ``callback(queue)`` when a job may have become due in one of ``queues``.
 
@@ -723,6 +746,10 @@ class AsyncJobDriver(Protocol):
         dead_letter: bool = True, fail: bool = False, counts_as_attempt: bool = True, park: bool = False,
     ) -> Job | None:
         """See :meth:`JobDriver.nack`."""
+        ...
+
+    async def wait(self, job_id: str, *, timeout: Duration, poll: Duration = 1.0) -> Job:
+        """See :meth:`JobDriver.wait`; it sleeps without blocking the event loop."""
         ...
 
     async def subscribe(self, queues: Sequence[str], callback: Callable[[str], None]) -> Subscription:

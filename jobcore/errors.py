@@ -17,6 +17,7 @@ original stays on ``__cause__``.
     │   └── UrlInvalid                     JC_URL_INVALID
     ├── JobNotFound (LookupError)          JC_JOB_NOT_FOUND
     ├── ScheduleNotFound (LookupError)     JC_SCHEDULE_NOT_FOUND
+    ├── WaitTimeout (TimeoutError)         JC_WAIT_TIMEOUT (wait's timeout passed; the job is left alone)
     ├── JobStateConflict                   the job exists but its state forbids the verb
     │   ├── JobNotCancellable              JC_JOB_NOT_CANCELLABLE
     │   ├── JobNotRequeueable              JC_JOB_NOT_REQUEUEABLE
@@ -77,6 +78,7 @@ __all__ = [
     "ScheduleNotFound",
     "SchemaOutdated",
     "UrlInvalid",
+    "WaitTimeout",
     "WebUnprotected",
     "all_error_classes",
     "redact",
@@ -166,6 +168,18 @@ class ScheduleNotFound(JobcoreError, LookupError):
 
     code = "JC_SCHEDULE_NOT_FOUND"
     default_fix = "list the schedules with `jobcore schedules`; a scheduler declares them when it starts"
+
+
+class WaitTimeout(JobcoreError, TimeoutError):
+    """``wait`` gave up: the job had not finished when its timeout passed. The job is left as it was.
+
+    Attributes:
+        job: The job as last read, still live (``None`` when it was never read).
+    """
+
+    code = "JC_WAIT_TIMEOUT"
+    default_fix = "wait again, raise the timeout, or answer that the job is still running and poll later"
+    job: object = None
 
 
 class JobStateConflict(JobcoreError):

@@ -107,6 +107,7 @@ __all__ = [
     "check_state",
     "check_time",
     "check_token",
+    "check_wait",
     "decode_cursor",
     "decode_json",
     "encode_cursor",
@@ -165,6 +166,13 @@ def check_duration(
 def check_lease(value: object, name: str = "lease") -> timedelta:
     """A lease or ttl: positive, finite, from 1 ms to 7 days."""
     return check_duration(value, name, lo=MIN_LEASE, hi=MAX_LEASE, positive=True)
+
+
+def check_wait(timeout: object, poll: object) -> tuple[float, float]:
+    """``wait``'s ``timeout`` and ``poll`` in seconds: each positive and finite, from 1 ms to 7 days (A04)."""
+    span = check_duration(timeout, "timeout", lo=MIN_LEASE, hi=MAX_LEASE, positive=True)
+    step = check_duration(poll, "poll", lo=MIN_LEASE, hi=MAX_LEASE, positive=True)
+    return span.total_seconds(), step.total_seconds()
 
 
 def check_time(value: object, name: str) -> datetime:

@@ -127,6 +127,15 @@ class World:
             self._token = self.driver.claim(["held"], worker_id="w1", lease=60).claimed[0].token
         return self._token
 
+    def finished_id(self) -> str:
+        """The id of a done job (``wait`` answers it at once)."""
+        done = self.driver.introspect.list(JobFilter(queue="waited", state="done"), limit=1).jobs
+        if done:
+            return done[0].id
+        self.driver.enqueue("junk", {"n": 7}, queue="waited")
+        self.driver.ack(self.driver.claim(["waited"], worker_id="w1", lease=60).claimed[0].token, 7)
+        return self.finished_id()
+
     def prunable(self) -> Callable[..., Any]:
         """Leave one cancelled job, so a prune with zero ages would delete it; answers ``prune``."""
         self.driver.introspect.cancel(self.driver.enqueue("junk", {"n": 6}, queue="pruned").id)
@@ -194,6 +203,7 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
             "token": w.token(), "error": "boom", "retry_at": AWARE, "dead_letter": True, "fail": False,
             "counts_as_attempt": True, "park": False,
         }),
+        "wait": lambda: (d.wait, {"job_id": w.finished_id(), "timeout": 0.05, "poll": 0.05}),
         "subscribe": lambda: (d.subscribe, {"queues": ["default"], "callback": _noop}),
         "get": lambda: (i.get, {"job_id": w.job_id()}),
         "list": lambda: (i.list, {**everything, "limit": 10, "after": None, "before": None}),

@@ -126,6 +126,21 @@ class _Subscription:
                 self._store._subscribers.remove(self._entry)
 
 
+class _Watch:
+    """A ``wait``'s watch on one job (A02): ``close()`` stops its wake-ups."""
+
+    def __init__(self, store: MemoryJobs, seq: int, wake: Callable[[], None]) -> None:
+        self._store, self._seq, self._wake = store, seq, wake
+
+    def close(self) -> None:
+        with self._store._lock:
+            waiting = self._store._watchers.get(self._seq)
+            if waiting is not None and self._wake in waiting:
+                waiting.remove(self._wake)
+                if not waiting:
+                    del self._store._watchers[self._seq]
+
+
 class MemoryJobs:
     """Jobs in dicts and heaps (:class:`~jobcore.door.JobsBackend`), for the memory driver.
 
@@ -133,7 +148,7 @@ class MemoryJobs:
         clock: Source of "now"; the store's clock for every decision (F01).
     """
 
-    capabilities = frozenset({"notify", "ack_landed_only", "deferred_start"})
+    capabilities = frozenset({"notify", "finish_notify", "ack_landed_only", "deferred_start"})
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -145,6 +160,7 @@ class MemoryJobs:
         self._later: dict[str, list[tuple[datetime, int]]] = {}
         self._leases: dict[str, list[tuple[datetime, int, int]]] = {}
         self._subscribers: list[tuple[frozenset[str], Callable[[str], None]]] = []
+        self._watchers: dict[int, list[Callable[[], None]]] = {}
 
     # -- internals (call with the lock held) -------------------------------------------
 
@@ -184,6 +200,8 @@ class MemoryJobs:
         row.worker_id = None
         if row.key is not None and self._live_keys.get((row.name, row.key)) == row.seq:
             del self._live_keys[(row.name, row.key)]
+        for wake in self._watchers.get(row.seq, ()):  # waiters on this job (A02); each call is quick
+            wake()
 
     def _error(self, row: _Row, type_name: str, message: str, now: datetime) -> None:
         row.errors.append(JobError(type=type_name, message=message, at=now, attempt=row.attempt))
@@ -414,6 +432,12 @@ class MemoryJobs:
             self._subscribers.append(entry)
         return _Subscription(self, entry)
 
+    def watch(self, seq: int, wake: Callable[[], None]) -> _Watch:
+        """Call ``wake()`` whenever job ``seq`` finishes (A02), under the store's lock, until closed."""
+        with self._lock:
+            self._watchers.setdefault(seq, []).append(wake)
+        return _Watch(self, seq, wake)
+
     def migrate(self, dry_run: bool) -> Migration:
         """Nothing to install in memory."""
         return Migration(before=None, after=None, latest=None, applied=not dry_run)
@@ -421,6 +445,7 @@ class MemoryJobs:
     def close(self) -> None:
         with self._lock:
             self._subscribers.clear()
+            self._watchers.clear()
 
     def __repr__(self) -> str:
         return f"jobs={len(self._rows)}, clock={self.clock!r}"

@@ -52,6 +52,7 @@ __all__ = [
     "lapsed_query",
     "parse_id",
     "to_job",
+    "waiting_key",
 ]
 
 SCHEMA_VERSION = 1
@@ -263,3 +264,9 @@ def filter_query(flt: JobFilter, guard: Iterable[JobState] | None = None) -> dic
     if not clauses:
         return {}
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def waiting_key(seq: int) -> str:
+    """The name a ``wait`` on job ``seq`` subscribes to the change-stream hub under (A02):
+    no queue name holds a NUL, so it never meets a queue's subscribers."""
+    return f"\0job:{seq}"

@@ -23,6 +23,7 @@ from pymongo.asynchronous.client_session import (  # sync: from pymongo.client_s
 
 from jobcore import validate as v
 from jobcore.clock import Clock, to_millis
+from jobcore.errors import NotSupported
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_FINAL, LEASE_LAPSED_FINAL_TEMPLATE
 
@@ -339,6 +340,26 @@ class AsyncMongoJobs:
                 await hub.start()
                 self._d._hub = hub
             return self._d._hub.add((queues, callback))
+
+    @translated_async
+    async def watch(self, seq: int, wake: Callable[[], None]) -> AsyncSubscription:
+        """``wait``'s wake-ups for job ``seq`` (A02): the driver's change stream (the one its
+        subscriptions share) calls ``wake()`` when an update leaves the job finished. Nothing
+        is written: the stream sees every job's updates anyway. Without change streams (a
+        standalone server): ``JC_NOT_SUPPORTED``, and ``wait`` polls."""
+        await self._d._server_capabilities()  # sync: drop
+        if "notify" not in self._d.capabilities:
+            raise NotSupported("this server has no change streams", "let wait poll, or run a replica set")
+
+        def heard(_: str) -> None:
+            wake()
+
+        async with self._d._lock:  # one shared stream per driver (see _watch)
+            if self._d._hub is None:
+                hub = AsyncHub(self._d)
+                await hub.start()
+                self._d._hub = hub
+            return self._d._hub.add((frozenset({d.waiting_key(seq)}), heard))
 
     async def migrate(self, dry_run: bool) -> Migration:
         return await self._d._migrate(dry_run=dry_run)

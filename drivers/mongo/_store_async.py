@@ -428,9 +428,9 @@ def capabilities_of(hello: Doc) -> frozenset[str]:
     wire = wire if isinstance(wire, int) and not isinstance(wire, bool) else 0
     mongos = hello.get("msg") == "isdbgrid"
     replica = bool(hello.get("setName")) and not mongos
-    extra = set()
+    extra: set[str] = set()
     if (replica or mongos) and wire >= 6:
-        extra.add("notify")
+        extra.update(("notify", "finish_notify"))
     if (replica and wire >= 7) or (mongos and wire >= 8):
         extra.add("transactional_enqueue")
     return frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})

@@ -28,7 +28,7 @@ from pymongo import errors as pe
 from jobcore.clock import StoreClock, utc
 from jobcore.errors import BackendFailure, JobcoreError
 
-from ._watch import BOUND, REOPEN_PAUSE, WAIT_MS, Entry, Silent, woken
+from ._watch import BOUND, REOPEN_PAUSE, WAIT_MS, Entry, Silent, finished_key, woken
 
 if TYPE_CHECKING:
     from ._store_async import AsyncMongoStore
@@ -215,6 +215,10 @@ class AsyncHub:
                 _log.debug("closing a broken change stream failed", exc_info=True)
 
     async def _deliver(self, doc: dict[str, Any] | None) -> None:
+        finished = finished_key(doc)
+        if finished is not None:  # a waited-on job finished (A02): its waiters, no queue
+            self._call(finished)
+            return
         found = woken(doc)
         if found is None:
             return
@@ -225,6 +229,10 @@ class AsyncHub:
                     return
             except JobcoreError:  # the server's clock could not be read: wake anyway, it is a hint
                 pass
+        self._call(queue)
+
+    def _call(self, queue: str) -> None:
+        """Call every subscriber of ``queue`` (a queue, or a ``wait``'s :func:`._watch.waiting_key`)."""
         with self._lock:
             targets = [callback for queues, callback in self._entries if queue in queues]
         for callback in targets:

@@ -27,14 +27,17 @@ from pymongo import errors as pe
 from jobcore.errors import JobcoreError
 from jobcore.records import JobState
 
+from ._docs import waiting_key
+
 if TYPE_CHECKING:
     from ._store import MongoStore
 
-__all__ = ["Hub", "Silent", "Subscription", "woken"]
+__all__ = ["Hub", "Silent", "Subscription", "finished_key", "woken"]
 
 _log = logging.getLogger("jobcore.drivers.mongo")
 
 READY, SCHEDULED = JobState.READY.value, JobState.SCHEDULED.value
+_FINISHED = frozenset(s.value for s in (JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELLED))
 WAIT_MS = 250
 """How long one poll of the stream waits on the server; bounds how fast a hub stops."""
 BOUND = 10.0
@@ -63,6 +66,15 @@ def woken(doc: dict[str, Any] | None) -> tuple[str, datetime | None] | None:
     if state == SCHEDULED and isinstance(run_at, datetime):
         return queue, run_at
     return None
+
+
+def finished_key(doc: dict[str, Any] | None) -> str | None:
+    """The :func:`waiting_key` a changed job document wakes when it is finished, else ``None``.
+    Shared by both flavours' hubs; the waiter reads the job again, trusting nothing here."""
+    if not doc or doc.get("state") not in _FINISHED:
+        return None
+    seq = doc.get("_id")
+    return waiting_key(seq) if isinstance(seq, int) else None
 
 
 class Silent:
@@ -164,6 +176,10 @@ class Hub:
                 _log.debug("closing a broken change stream failed", exc_info=True)
 
     def _deliver(self, doc: dict[str, Any] | None) -> None:
+        finished = finished_key(doc)
+        if finished is not None:  # a waited-on job finished (A02): its waiters, no queue
+            self._call(finished)
+            return
         found = woken(doc)
         if found is None:
             return
@@ -174,6 +190,10 @@ class Hub:
                     return
             except JobcoreError:  # the server's clock could not be read: wake anyway, it is a hint
                 pass
+        self._call(queue)
+
+    def _call(self, queue: str) -> None:
+        """Call every subscriber of ``queue`` (a queue, or a :func:`waiting_key`)."""
         with self._lock:
             targets = [callback for queues, callback in self._entries if queue in queues]
         for callback in targets:

@@ -197,6 +197,7 @@ class PostgresDriver(FrontDoor):
     _owns_pool: bool
     q: Statements
     channel: str
+    finish_channel: str
     _schema_ok: bool
 
     def __init__(

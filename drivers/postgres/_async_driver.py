@@ -113,6 +113,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     _owns_pool: bool
     q: Statements
     channel: str
+    finish_channel: str
     _schema_ok: bool
 
     def __init__(

@@ -76,7 +76,9 @@ class PostgresIntrospect:
         return [(minute.astimezone(timezone.utc), JobState(state), int(n)) for minute, state, n in rows]
 
     def rescue(self) -> RescueResult:
-        rows = self._d._fetch(self._d.q.RESCUE, {"now": self._d._now(), "channel": self._d.channel})
+        rows = self._d._fetch(self._d.q.RESCUE, {
+            "now": self._d._now(), "channel": self._d.channel, "finished": self._d.finish_channel,
+        })
         requeued = sum(1 for r in rows if r[0] == 0)
         return RescueResult(requeued=requeued, buried=tuple(job_from_row(r[1:]) for r in rows if r[0] == 1))
 
@@ -85,8 +87,9 @@ class PostgresIntrospect:
     def cancel(self, seq: int, states: frozenset[JobState], message: str) -> Job | None:
         rows = self._d._fetch(self._d.q.CANCEL, {
             "id": seq, "states": _values(states), "now": self._d._now(), "message": message,
+            "finished": self._d.finish_channel,
         })
-        return job_from_row(rows[0]) if rows else None
+        return job_from_row(rows[0][1:]) if rows else None  # (notified a waiter, job...)
 
     def _found(self, seq: int) -> tuple[JobState, str, str | None] | None:
         rows = self._d._fetch(self._d.q.JOB_STATE, {"id": seq})
@@ -139,6 +142,7 @@ class PostgresIntrospect:
     def cancel_many(self, flt: JobFilter, limit: int, message: str) -> BulkResult:
         row = self._d._fetch(self._d.q.CANCEL_MANY, {
             **filter_params(flt), "limit": limit, "now": self._d._now(), "message": message,
+            "finished": self._d.finish_channel,
         })[0]
         return BulkResult(affected=row[0], remaining=max(0, row[1] - row[0]))
 

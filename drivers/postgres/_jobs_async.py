@@ -9,6 +9,7 @@ time decision is the statement's, on the store's clock (F01).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,8 @@ from jobcore import validate as v
 from jobcore.errors import BackendUnavailable, NotSupported, OptionInvalid
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
-from ._anotify import AsyncListener  # sync: from ._notify import Listener
+from ._anotify import AsyncFinishHub, AsyncListener  # sync: from ._notify import FinishHub, Listener, Waiting
+from ._notify import Waiting  # sync: drop
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 
 if TYPE_CHECKING:
@@ -112,6 +114,8 @@ class AsyncPostgresJobs:
 
     def __init__(self, driver: AsyncPostgresDriver) -> None:
         self._d = driver
+        self._hub: AsyncFinishHub | None = None
+        self._hub_guard = threading.Lock()
 
     @property
     def clock(self) -> Any:
@@ -119,11 +123,11 @@ class AsyncPostgresJobs:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """What this driver offers; ``notify`` unless a transaction pooler is in the way and
-        no ``listen_url`` was given (finding that out may take a connection)."""
+        """What this driver offers; ``notify`` and ``finish_notify`` (LISTEN) unless a transaction
+        pooler is in the way and no ``listen_url`` was given (finding that out may take a connection)."""
         d = self._d
         if d.listen_url is not None or not d._behind_pooler():
-            return _CAPABILITIES | {"notify"}
+            return _CAPABILITIES | {"notify", "finish_notify"}
         return _CAPABILITIES
 
     # -- enqueue -----------------------------------------------------------------------
@@ -193,7 +197,7 @@ class AsyncPostgresJobs:
         d = self._d
         rows = await d._fetch(d.q.CLAIM, {
             "queues": list(queues), "worker": worker_id, "limit": limit, "now": d._now(), "lease_ms": lease // _MS,
-            "drop": sorted(drop), "start": start,
+            "drop": sorted(drop), "start": start, "finished": d.finish_channel,
         }, retry=True)
         claimed: list[Claimed] = []
         buried: list[Job] = []
@@ -251,13 +255,13 @@ class AsyncPostgresJobs:
             where.append(index)
         if not rows:
             return answers
-        params = {"items": json.dumps(rows), "now": d._now()}
+        params = {"items": json.dumps(rows), "now": d._now(), "finished": d.finish_channel}
         if landed_only:
-            for (ordinal,) in await d._fetch(d.q.ACK_MANY_LANDED, params):
+            for ordinal, _ in await d._fetch(d.q.ACK_MANY_LANDED, params):
                 answers[where[ordinal - 1]] = True
             return answers
-        for row in await d._fetch(d.q.ACK_MANY, params):
-            answers[where[row[0] - 1]] = job_from_row(row[1:])
+        for row in await d._fetch(d.q.ACK_MANY, params):  # (ord, notified a waiter, job...)
+            answers[where[row[0] - 1]] = job_from_row(row[2:])
         return answers
 
     async def nack(
@@ -271,13 +275,15 @@ class AsyncPostgresJobs:
         rows = await d._fetch(d.q.NACK, {
             **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
             "dead_letter": dead_letter, "type": type_name, "message": message, "now": d._now(),
-            "retry_at": retry_at, "channel": d.channel,
+            "retry_at": retry_at, "channel": d.channel, "finished": d.finish_channel,
         })
-        return job_from_row(rows[0]) if rows else None
+        return job_from_row(rows[0][1:]) if rows else None  # (notified a waiter, job...)
 
     # -- wake-ups, schema, lifecycle -------------------------------------------------------
 
-    async def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> AsyncListener:
+    async def _listen_target(self) -> tuple[str, dict[str, Any], Any]:
+        """Where a LISTEN connects: ``(conninfo, connect kwargs, call_timeout)``; ``JC_NOT_SUPPORTED``
+        when only a transaction pooler is at hand."""
         d = self._d
         pool_kwargs = d._pool.kwargs if isinstance(d._pool.kwargs, dict) else {}
         conninfo = d._pool.conninfo if isinstance(d._pool.conninfo, str) else ""
@@ -289,7 +295,11 @@ class AsyncPostgresJobs:
                 "wake-ups (LISTEN) cannot go through a transaction pooler, and no listen_url was given",
                 "pass listen_url=postgresql://... (the server itself) for wake-ups, or let workers poll",
             )
-        bound = pool_kwargs.get("call_timeout", d.call_timeout)
+        return conninfo, kwargs, pool_kwargs.get("call_timeout", d.call_timeout)
+
+    async def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> AsyncListener:
+        d = self._d
+        conninfo, kwargs, bound = await self._listen_target()
         listener = await AsyncListener.start(conninfo, kwargs, d.channel, tuple(queues), callback, call_timeout=bound)  # sync: listener = Listener(conninfo, kwargs, d.channel, tuple(queues), callback, call_timeout=bound)
         if listener.refused is not None:
             listener.close()
@@ -298,6 +308,44 @@ class AsyncPostgresJobs:
             )
         d._listeners.append(listener)
         return listener
+
+    async def watch(self, seq: int, wake: Callable[[], None]) -> Waiting:
+        """``wait``'s wake-ups for job ``seq`` (A02): registered with the driver's finish hub (its
+        one LISTEN on the finish channel), then the row is marked waited on (``WAIT_MARK``),
+        so the statement that finishes it NOTIFYs its id.
+
+        The mark commits after the LISTEN is in place, and a finish either committed before
+        it (the door's next read sees it) or sees the mark (it waited on the row lock) and
+        notifies. Through a transaction pooler without ``listen_url``: ``JC_NOT_SUPPORTED``,
+        and ``wait`` polls.
+        """
+        hub = await self._finish_hub()
+        waiting = hub.add(str(seq), wake)
+        try:
+            await self._d._fetch(self._d.q.WAIT_MARK, {"id": seq})
+        except BaseException:
+            waiting.close()
+            raise
+        return waiting
+
+    async def _finish_hub(self) -> AsyncFinishHub:
+        """The driver's finish hub, opened by the first ``wait`` and closed with the driver."""
+        d = self._d
+        hub = self._hub
+        if hub is None:
+            conninfo, kwargs, bound = await self._listen_target()
+            made = await AsyncFinishHub.open(conninfo, kwargs, d.finish_channel, call_timeout=bound)  # sync: made = FinishHub(conninfo, kwargs, d.finish_channel, call_timeout=bound)
+            with self._hub_guard:
+                hub = self._hub
+                if hub is None:
+                    self._hub = hub = made
+                    d._listeners.append(made)
+            if hub is not made:  # another wait opened one meanwhile
+                made.close()
+        assert hub is not None
+        if hub.refused is not None:
+            raise NotSupported(hub.refused, "give listen_url the PostgreSQL server itself, or let wait poll")
+        return hub
 
     async def migrate(self, dry_run: bool) -> Migration:
         """Install or upgrade jobcore's schema; idempotent, safe to run from several processes.

@@ -36,7 +36,7 @@ from jobcore.errors import redact
 from ._pool import BoundedConnection, Session
 from ._sql import LISTEN, render
 
-__all__ = ["PROBE_AFTER", "Listener", "channel_for"]
+__all__ = ["EVERY", "PROBE_AFTER", "FinishHub", "Listener", "Waiting", "channel_for", "finish_channel_for"]
 
 log = logging.getLogger("jobcore.drivers.postgres")
 
@@ -52,6 +52,21 @@ def channel_for(schema: str) -> str:
     if len(name.encode()) <= 63:
         return name
     return f"jobcore.{hashlib.sha1(schema.encode()).hexdigest()}"  # noqa: S324 - a name, not a secret
+
+
+EVERY: Final = "*"
+"""A finish hub's one "queue": after a reconnect it is delivered once, waking every waiter."""
+
+
+def finish_channel_for(schema: str) -> str:
+    """The channel ``wait``'s wake-ups go on (A02): the payload is the finished job's id.
+
+    Only a job some ``wait`` marked (its ``waited`` column) is ever notified, so a job nobody
+    waits on costs no NOTIFY (a NOTIFY takes a lock held to the end of the commit)."""
+    name = f"jobcore.finished.{schema}"
+    if len(name.encode()) <= 63:
+        return name
+    return f"jobcore.finished.{hashlib.sha1(schema.encode()).hexdigest()}"  # noqa: S324 - a name, not a secret
 
 
 class Listener:
@@ -138,3 +153,54 @@ class Listener:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(5)
+
+
+class Waiting:
+    """One ``wait``'s registration with a :class:`FinishHub` (or its async twin); ``close()``
+    ends it (idempotent, from any thread)."""
+
+    def __init__(self, hub: Any, job_id: str, wake: Callable[[], None]) -> None:
+        self._hub, self._job_id, self._wake = hub, job_id, wake
+
+    def close(self) -> None:
+        self._hub.remove(self._job_id, self._wake)
+
+
+class FinishHub(Listener):
+    """The driver's one LISTEN on the finish channel, shared by every ``wait`` (A02).
+
+    Opened by the first wait and kept until the driver closes: one connection per driver
+    however many wait at once. A NOTIFY's payload is a job id; its waiters are woken (the
+    door then reads the job). After a reconnect every waiter is woken once, since
+    notifications sent meanwhile were lost.
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], channel: str, *, call_timeout: float | None) -> None:
+        self._waiters: dict[str, list[Callable[[], None]]] = {}
+        self._guard = threading.Lock()
+        super().__init__(conninfo, kwargs, channel, (EVERY,), lambda _: None, call_timeout=call_timeout)
+
+    def add(self, job_id: str, wake: Callable[[], None]) -> Waiting:
+        with self._guard:
+            self._waiters.setdefault(job_id, []).append(wake)
+        return Waiting(self, job_id, wake)
+
+    def remove(self, job_id: str, wake: Callable[[], None]) -> None:
+        with self._guard:
+            waiting = self._waiters.get(job_id)
+            if waiting is not None and wake in waiting:
+                waiting.remove(wake)
+                if not waiting:
+                    del self._waiters[job_id]
+
+    def _deliver(self, queue: str) -> None:
+        with self._guard:
+            if queue == EVERY:
+                targets = [wake for wakes in self._waiters.values() for wake in wakes]
+            else:
+                targets = list(self._waiters.get(queue, ()))
+        for wake in targets:
+            try:
+                wake()
+            except Exception:
+                log.exception("jobcore wait wake-up failed for job %r", queue)

@@ -30,6 +30,7 @@ EXIT_CODES: tuple[tuple[type[errors.JobcoreError], int], ...] = (
     (errors.JobStateConflict, 4),
     (errors.ConfigurationError, 5),
     (errors.BackendError, 6),
+    (errors.WaitTimeout, 7),
     (errors.JobcoreError, 1),
 )
 """Exit status per class of refusal, most specific first (argparse's own usage errors are 2 too)."""

@@ -234,6 +234,19 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_wait(args: argparse.Namespace) -> int:
+    """Block until the job is finished (rules A) and print it as ``show`` does; a timeout is
+    ``JC_WAIT_TIMEOUT`` (exit 7), the job left alone."""
+    with open_store(args) as driver:
+        job = driver.wait(args.id, timeout=args.timeout, poll=args.poll)
+        now = driver.clock.now()
+    if args.json:
+        print_json(job_to_dict(job))
+    else:
+        out(_show_text(job, now))
+    return 0
+
+
 def _cmd_dead(args: argparse.Namespace) -> int:
     with open_store(args) as driver:
         jobs = driver.introspect.dead_letters(args.queue, args.limit)
@@ -415,6 +428,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = add("show", "one job in full: payload, result, lease, progress and error history")
     p.add_argument("id", metavar="ID")
     p.set_defaults(func=_cmd_show)
+
+    p = add("wait", "wait until a job is finished, then print it in full (exit 7 when --timeout passes first)")
+    p.add_argument("id", metavar="ID")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, metavar="SECONDS", help="give up after this long (default 60)",
+    )
+    p.add_argument(
+        "--poll", type=float, default=1.0, metavar="SECONDS",
+        help="longest pause between two reads of the job (default 1; stores sending wake-ups answer sooner)",
+    )
+    p.set_defaults(func=_cmd_wait)
 
     p = add("dead", "the dead-letter queue, most recently finished first")
     p.add_argument("--queue", help="only this queue")

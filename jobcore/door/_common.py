@@ -7,29 +7,36 @@ which never touch a store, are kept here once.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
 from jobcore import validate as v
 from jobcore.clock import to_millis
+from jobcore.errors import WaitTimeout
 from jobcore.records import FINISHED_STATES, BulkResult, JobFilter, JobState
 from jobcore.vocabulary import CANCELLED_TEXT, GUARDS
 
 __all__ = [
     "FINISHED",
+    "FIRST_POLL",
     "NO_ROWS",
+    "AsyncWake",
     "FinishedRow",
     "Refused",
     "Spacing",
+    "Wake",
     "chart_since",
     "guarded",
     "job_seq",
     "prune_cutoffs",
     "reason_text",
     "spacing",
+    "wait_timeout",
 ]
 
 _MAX_SEQ: Final = 2**63 - 1
@@ -113,3 +120,80 @@ def guarded(verb: str, filter: object) -> JobFilter | None:
     return attrs.evolve(flt, state=states) if states else None
 
 
+
+
+# -- waiting on results (A01-A04) --------------------------------------------------------
+
+FIRST_POLL: Final = 0.05
+"""Seconds before ``wait``'s first re-read on a store that sends no finish wake-ups; each
+later pause doubles, up to the caller's ``poll``."""
+
+
+class Wake:
+    """A wake-up the sync door's ``wait`` sleeps on; :meth:`set` may be called from any thread
+    (a backend's watch: a settle in another thread, a listener thread)."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        """Wake the waiter (if it sleeps now, else its next sleep returns at once)."""
+        self._event.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep until :meth:`set` or ``seconds`` pass; whether it was set. Re-arms."""
+        fired = self._event.wait(seconds)
+        self._event.clear()
+        return fired
+
+
+class AsyncWake:
+    """:class:`Wake` for the async door: ``await wait(seconds)`` sleeps without blocking the
+    loop; :meth:`set` may be called from any thread or from the loop itself. Built on a
+    running loop."""
+
+    __slots__ = ("_event", "_loop")
+
+    def __init__(self) -> None:
+        import asyncio  # noqa: PLC0415 - importing jobcore (the sync drivers) must not load asyncio
+
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        """Wake the waiter, from the loop's thread or any other."""
+        import asyncio  # noqa: PLC0415 - loaded already: this object was built on a running loop
+
+        try:
+            running: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._event.set()
+        elif not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+                self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, seconds: float) -> bool:
+        """Sleep until :meth:`set` or ``seconds`` pass, without blocking the loop; whether it was set."""
+        import asyncio  # noqa: PLC0415
+
+        try:
+            await asyncio.wait_for(self._event.wait(), seconds)
+            fired = True
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+            fired = False
+        self._event.clear()
+        return fired
+
+
+def wait_timeout(job: Any, waited: float) -> WaitTimeout:
+    """``wait``'s refusal when ``timeout`` passed with the job still live (A03); the job rides along."""
+    error = WaitTimeout(
+        f"job {job.id} was still {job.state.value} after waiting {waited:g} s",
+        "wait again, raise the timeout, or answer that the job is still running and poll later",
+    )
+    error.job = job
+    return error

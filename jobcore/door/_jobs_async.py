@@ -16,20 +16,29 @@ every check, default and refusal from here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from jobcore import _tracing
 from jobcore import validate as v
 from jobcore.clock import Clock
+from jobcore.door._common import FIRST_POLL, AsyncWake, wait_timeout
 from jobcore.driver import Duration, Subscription
 from jobcore.errors import NotSupported, OptionInvalid
-from jobcore.records import ClaimResult, ClaimToken, Job, Migration
+from jobcore.records import FINISHED_STATES, ClaimResult, ClaimToken, Job, Migration
+from jobcore.vocabulary import not_found
+
+if TYPE_CHECKING:
+    from jobcore.door._introspect_async import AsyncIntrospectDoor
 
 __all__ = ["AsyncFrontDoor", "AsyncJobsBackend"]
 
 _Door = TypeVar("_Door", bound="AsyncFrontDoor")
+
+DEFAULT_POLL: Final = 1.0
+"""``wait``'s default ``poll``: the longest pause, in seconds, between two reads of the job."""
 
 @runtime_checkable
 class AsyncJobsBackend(Protocol):
@@ -52,6 +61,16 @@ class AsyncJobsBackend(Protocol):
         connection_type: With ``transactional_enqueue``, the type (or types) of the handle
             :meth:`insert` may receive (``psycopg.Connection``, pymongo's ``ClientSession``);
             the door refuses anything else (``JC_OPTION_INVALID``).
+
+    Optional, declared by the ``finish_notify`` capability: ``watch(seq, wake) -> Subscription`` (awaited)
+    calls ``wake()`` when job ``seq`` may have finished (A02), until the answer's
+    ``close()``. From the moment it returns, every settle that finishes the job (ack, a
+    nack to ``dead``/``failed``, burial, cancel) calls ``wake()`` soon after it commits,
+    from any thread; spurious calls are allowed (``wait`` re-reads the job after each and
+    trusts nothing else, and reads it once more after ``watch`` returns, so a finish
+    between its first read and the watch is not missed). It raises
+    :class:`~jobcore.errors.NotSupported` when wake-ups cannot be had right now, and
+    ``wait`` polls. A backend without ``finish_notify`` need not define it: ``wait`` polls.
     """
 
     @property
@@ -145,6 +164,8 @@ class AsyncFrontDoor:
     """
 
     clock: Clock
+    introspect: AsyncIntrospectDoor
+    """Reads and operator verbs: set by the driver's ``__init__``; ``wait`` reads the job through it."""
 
     def __init__(self, jobs: AsyncJobsBackend, *, default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS) -> None:
         self._backend = jobs
@@ -323,6 +344,59 @@ class AsyncFrontDoor:
             checked, type_name, message, due, dead_letter=dead_letter, fail=fail,
             counts_as_attempt=counts_as_attempt, park=park,
         )
+
+    # -- waiting on results (A01-A04) -------------------------------------------------------
+
+    async def wait(self, job_id: str, *, timeout: Duration, poll: Duration = DEFAULT_POLL) -> Job:
+        """See :meth:`jobcore.driver.JobDriver.wait`.
+
+        Reads the job; while it is live, sleeps until the backend's watch (``finish_notify``)
+        wakes it or a poll is due, and reads it again. Without a watch the pauses start at
+        ``FIRST_POLL`` (50 ms) and double up to ``poll``; with one,
+        polling is only the safety net, every ``poll`` seconds. ``timeout`` is real time on
+        this process's monotonic clock (it bounds how long the caller sleeps), never the
+        store's clock.
+        """
+        span, step = v.check_wait(timeout, poll)
+        deadline = time.monotonic() + span
+        job = await self._read(job_id)
+        if job.state in FINISHED_STATES:
+            return job
+        wake = AsyncWake()
+        watch = await self._watch(job, wake)
+        try:
+            pause = step if watch is not None else min(FIRST_POLL, step)
+            if watch is not None:  # a finish between the first read and the watch would wake nobody
+                job = await self._read(job_id)
+            while job.state not in FINISHED_STATES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise wait_timeout(job, span)
+                await wake.wait(min(pause, left))
+                pause = min(pause * 2, step)
+                job = await self._read(job_id)
+            return job
+        finally:
+            if watch is not None:
+                watch.close()
+
+    async def _read(self, job_id: str) -> Job:
+        """The job ``job_id`` as it stands, or ``JC_JOB_NOT_FOUND`` (unknown, or removed meanwhile)."""
+        job = await self.introspect.get(job_id)
+        if job is None:
+            raise not_found(job_id)
+        return job
+
+    async def _watch(self, job: Job, wake: AsyncWake) -> Subscription | None:
+        """The backend's finish watch on ``job``, or ``None`` (it has none, or refused one now): poll."""
+        start = getattr(self._backend, "watch", None)
+        if start is None:
+            return None
+        try:
+            watch: Subscription = await start(int(job.id), wake.set)
+        except NotSupported:  # not here, not now (a pooler in the way, a server without change streams)
+            return None
+        return watch
 
     # -- wake-ups, schema, lifecycle -------------------------------------------------------
 

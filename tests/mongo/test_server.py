@@ -196,7 +196,7 @@ def standalone(tmp_path: Any) -> Any:
 
 
 def test_standalone_server_offers_no_notify_or_transactions(standalone: str, clock: Any) -> None:
-    """On a standalone server: no notify, no transactional enqueue, a silent subscription; jobs still work."""
+    """On a standalone server: no notify, no transactional enqueue, a silent subscription; jobs and wait still work."""
     with MongoClient(standalone) as client:
         driver = MongoDriver(client, database="jc_standalone", clock=clock, auto_migrate=True)
         assert driver.capabilities == frozenset({"shared_store", "ack_landed_only", "deferred_start"})
@@ -208,8 +208,14 @@ def test_standalone_server_offers_no_notify_or_transactions(standalone: str, clo
                 driver.enqueue("a", session=session)
             session.abort_transaction()
         job = driver.enqueue("a")
-        assert driver.claim(["default"], worker_id="w", lease=5).claimed[0].job.id == job.id
+        claimed = driver.claim(["default"], worker_id="w", lease=5).claimed[0]
+        assert claimed.job.id == job.id
         assert fired == []
+        # no change streams: wait (A02) polls, and still answers the job once acked
+        timer = threading.Timer(0.3, lambda: driver.ack(claimed.token, "polled"))
+        timer.start()
+        assert driver.wait(job.id, timeout=30, poll=0.1).result == "polled"
+        timer.join()
         driver.close()
 
 

@@ -78,7 +78,8 @@ def test_ack_many_landed_is_ack_many_answering_only_item_numbers() -> None:
     many, landed = _sql.Statements.ACK_MANY.text, _sql.Statements.ACK_MANY_LANDED.text
     update = many[: many.rindex("RETURNING")]
     assert "WHERE" in update
-    assert landed == update + "RETURNING t.ord\n"
+    assert landed.startswith(update + "RETURNING t.ord, ")
+    assert landed.count("pg_notify") == many.count("pg_notify") == 1  # the waited-on rows' wake-up (A02)
 
 
 def test_only_sql_composes_statements() -> None:
@@ -104,6 +105,7 @@ def test_driver_executes_only_named_statements() -> None:
 def _claim_params(now: Any) -> dict[str, Any]:
     return {
         "queues": ["default"], "worker": "w", "limit": 10, "now": now, "lease_ms": 30_000, "drop": [], "start": True,
+        "finished": "f",
     }
 
 
@@ -199,15 +201,15 @@ def test_generic_plans_of_the_hot_statements_use_indexes(driver: Any, pool: Any,
     fence = {"id": 1, "worker": "w", "claim_no": 1}
     cases = {
         "CLAIM": _claim_params(now),
-        "ACK_MANY": {"items": json.dumps([[1, "w", 1, None], [2, "w", 1, None]]), "now": now},
+        "ACK_MANY": {"items": json.dumps([[1, "w", 1, None], [2, "w", 1, None]]), "now": now, "finished": "f"},
         "START": {"items": json.dumps([[1, "w", 1], [2, "w", 1]]), "now": now},
         "NACK": {**fence, "fail": False, "park": False, "give_back": 0, "dead_letter": True, "type": "E",
-                 "message": "m", "now": now, "retry_at": None, "channel": "c"},
+                 "message": "m", "now": now, "retry_at": None, "channel": "c", "finished": "f"},
         "HEARTBEAT": {**fence, "now": now, "lease_ms": 30_000},
         "PROGRESS": {**fence, "now": now, "value": 0.5, "message": "m"},
         "ENQUEUE": {"items": json.dumps([["a", "q", "null", 0, 0, None, 3, "k"]]), "now": now, "channel": "c"},
         "GET": {"id": 5},
-        "RESCUE": {"now": now, "channel": "c"},
+        "RESCUE": {"now": now, "channel": "c", "finished": "f"},
     }
     with psycopg.connect(pg_url, autocommit=True) as conn:
         plans = {name: generic_plan(conn, getattr(driver.q, name), params) for name, params in cases.items()}

@@ -99,6 +99,11 @@ def _burial_text() -> str:
 
 
 _BURIAL_ENTRY: Final = _entry(f"{_lit(LEASE_LAPSED_FINAL)}::text", _burial_text())
+_TOLD: Final = "((CASE WHEN j.waited THEN pg_notify(%(finished)s, j.id::text) END) IS NOT NULL)"
+"""A finished row's wake-up for its waiters (A02), NOTIFYed at commit on the finish channel with
+the job id, only when a ``wait`` marked the row: a job nobody waits on pays no NOTIFY (NOTIFY
+takes a lock held to the end of the commit, serialising every notifying commit). Used in the
+``RETURNING`` list of every statement that finishes a row (true when it notified)."""
 _WOKE = (
     "woke AS (SELECT count(*) AS n FROM (SELECT pg_notify(%(channel)s, q.queue) "
     "FROM (SELECT DISTINCT u.queue FROM {source} AS u WHERE {cond}) AS q) AS w)"
@@ -302,7 +307,7 @@ WITH spent AS (
         finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     WHERE j.id = ANY(ARRAY(SELECT f.id FROM spent AS f))
-    RETURNING 1 AS kind, {_COLS}
+    RETURNING 1 AS kind, {_COLS}, {_TOLD} AS told
 ), taken AS (
     UPDATE {{jobs}} AS j SET
         state = {_RUNNING}, worker_id = %(worker)s, claim_no = j.claim_no + 1,
@@ -353,14 +358,14 @@ RETURNING t.ord
     unchanged, so a repeated start answers its item again. It sets no indexed column (nor
     ``state``, which the partial indexes' predicates read), so the update can be HOT."""
 
-    ACK_MANY = Sql(f"{_ACK}RETURNING t.ord, {_lean('j')}\n")
+    ACK_MANY = Sql(f"{_ACK}RETURNING t.ord, {_TOLD}, {_lean('j')}\n")
     """One round trip for a batch of acks (S01, S07); each row fenced on its own token. The
     items are one JSON array of ``[id, worker_id, claim_no, result text or null]``: one
     parameter the client writes in C, where four arrays took a Python loop per element. Claim
     and ack, the statements every job passes through, send an empty error history as NULL.
     A held claim is started first (F04): its attempt counts."""
 
-    ACK_MANY_LANDED = Sql(f"{_ACK}RETURNING t.ord\n")
+    ACK_MANY_LANDED = Sql(f"{_ACK}RETURNING t.ord, {_TOLD}\n")
     """:data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
     landed_only=True)``): no row goes back to the client to be decoded."""
 
@@ -384,9 +389,9 @@ WITH cur AS (
         finished_at = CASE WHEN c.target IN ({_FAILED}, {_DEAD}) THEN {NOW} ELSE j.finished_at END,
         run_at = CASE WHEN c.target = {_SCHEDULED} THEN coalesce(%(retry_at)s::timestamptz, {NOW}) ELSE j.run_at END
     FROM cur AS c WHERE j.id = c.id
-    RETURNING {_COLS}
+    RETURNING {_COLS}, (CASE WHEN j.state IN ({_FAILED}, {_DEAD}) THEN {_TOLD} END) AS told
 ), {_WOKE.format(source="upd", cond=f"u.state = {_SCHEDULED} AND u.run_at <= {NOW}")}
-SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
+SELECT upd.told, {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
     """The nack target (S02-S05), first match wins: fail, park, out of attempts, retry (at
     ``retry_at`` when given, else the store's now). A held claim is started first (F04), so
@@ -483,7 +488,7 @@ WITH lapsed AS (
         state = {_DEAD}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
         errors = {_BURIAL_ENTRY}
     FROM lapsed AS l WHERE j.id = l.id AND l.spent
-    RETURNING 1 AS kind, {_COLS}
+    RETURNING 1 AS kind, {_COLS}, {_TOLD} AS told
 ), back AS (
     UPDATE {{jobs}} AS j SET
         state = {_READY}, worker_id = NULL, lease_expires_at = NULL, run_at = {NOW}, held = false,
@@ -504,7 +509,7 @@ UPDATE {{jobs}} AS j SET
     state = {_CANCELLED}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
     errors = {_entry(_CANCELLED_ENTRY, "%(message)s::text")}
 WHERE j.id = %(id)s AND {_GUARD}
-RETURNING {_COLS}
+RETURNING {_TOLD}, {_COLS}
 """)
 
     REQUEUE = Sql(f"""
@@ -536,7 +541,7 @@ WITH {_TARGET}, upd AS (
         state = {_CANCELLED}, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL, held = false,
         errors = {_entry(_CANCELLED_ENTRY, "%(message)s::text")}
     FROM target AS t WHERE j.id = t.id AND {_F_GUARD}
-    RETURNING j.id
+    RETURNING j.id, {_TOLD} AS told
 )
 SELECT (SELECT count(*) FROM upd), {_ELIGIBLE}
 """)
@@ -607,6 +612,18 @@ LIMIT %(limit)s
     """Who holds what (K04): unexpired slots, first ``limit`` in code-point order of (key, holder)."""
 
 
+class WaitStatements:
+    """Waiting on results (rules A)."""
+
+    WAIT_MARK = Sql(
+        f"UPDATE {{jobs}} AS j SET waited = true WHERE j.id = %(id)s AND j.state IN {LIVE} AND NOT j.waited"
+    )
+    """Mark a live job as waited on (A02), once its waiter LISTENs: from this commit on, the
+    statement finishing it NOTIFYs (see ``_TOLD``). A finish that committed first is seen by
+    the waiter's next read. The flag stays: a later finish of a requeued row notifies too,
+    at worst waking nobody. It sets no indexed column, so the update can be HOT."""
+
+
 class StoreStatements:
     """The store itself: its schema version and its clock."""
 
@@ -617,5 +634,7 @@ class StoreStatements:
     compute ahead of a call (a worker's retry time, a scheduler's next occurrence)."""
 
 
-class JobStatements(EnqueueStatements, SettleStatements, OperatorStatements, LeaseStatements, StoreStatements):
+class JobStatements(
+    EnqueueStatements, SettleStatements, OperatorStatements, LeaseStatements, WaitStatements, StoreStatements,
+):
     """Every statement of jobs, fleet leases and the store."""

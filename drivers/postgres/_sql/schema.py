@@ -106,6 +106,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 8: tracing (jobcore.contrib.otel): the enqueuing trace's W3C context, stored with a job
     # enqueued while tracing was on; NULL otherwise. No default, so adding it rewrites no row.
     ("ALTER TABLE {jobs} ADD COLUMN trace jsonb",),
+    # 9: waiting on results (A02): a live row some ``wait`` watches. Only such rows are
+    # NOTIFYed when they finish, so a job nobody waits on costs no NOTIFY. A constant
+    # default: adding it rewrites no row; no index reads it.
+    ("ALTER TABLE {jobs} ADD COLUMN waited boolean NOT NULL DEFAULT false",),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
