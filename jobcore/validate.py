@@ -713,6 +713,8 @@ def check_filter(value: object) -> JobFilter:
         check_name(getattr(value, field), field, optional=True)
     if value.id_prefix is not None and not isinstance(value.id_prefix, str):
         raise OptionInvalid("id_prefix must be a str", "pass the start of an id")
+    if value.id_prefix is not None and ("\x00" in value.id_prefix or not _encodable(value.id_prefix)):
+        raise OptionInvalid("id_prefix contains a NUL or an unpaired surrogate", "pass the start of an id as plain text")
     for field in ("created_from", "created_to"):
         if getattr(value, field) is not None:
             check_time(getattr(value, field), field)
