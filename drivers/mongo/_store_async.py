@@ -370,19 +370,20 @@ class AsyncMongoStore(AsyncFrontDoor):
     async def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None, session: AsyncClientSession | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel", session: AsyncClientSession | None = None,
     ) -> Job:
         """See :meth:`jobcore.driver.JobDriver.enqueue`; ``session`` joins the caller's transaction."""
         if session is None:
             return await super().enqueue(
                 name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                max_attempts=max_attempts, key=key,
+                max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
             )
         if isinstance(session, AsyncClientSession) and session.in_transaction:  # sync: drop
             await self._server_capabilities()  # sync: drop
         return await self._enqueue_in(
             session, "session", name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key,
+            max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
         )
 
     async def enqueue_many(self, specs: Iterable[Any], *, session: AsyncClientSession | None = None) -> list[Job]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, cast, overload, runtime_checkable
 
 from jobcore import validate as v
 from jobcore.clock import Clock
@@ -29,6 +29,14 @@ from jobcore.records import ClaimResult, ClaimToken, Job, Migration
 __all__ = ["AsyncFrontDoor", "AsyncJobsBackend"]
 
 _Door = TypeVar("_Door", bound="AsyncFrontDoor")
+
+
+class _LinkedBackend(Protocol):
+    """A backend offering ``dependencies``: see :class:`AsyncJobsBackend`."""
+
+    async def insert_linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None], connection: Any
+    ) -> list[Job]: ...
 
 @runtime_checkable
 class AsyncJobsBackend(Protocol):
@@ -51,6 +59,20 @@ class AsyncJobsBackend(Protocol):
         connection_type: With ``transactional_enqueue``, the type (or types) of the handle
             :meth:`insert` may receive (``psycopg.Connection``, pymongo's ``ClientSession``);
             the door refuses anything else (``JC_OPTION_INVALID``).
+
+    A backend offering the ``dependencies`` capability (rules D) also has
+    ``insert_linked(jobs, links, connection) -> list[Job]`` (async in this flavour), outside
+    the protocol so that a backend without it still is one: :meth:`insert` of jobs some of
+    which have parents. ``links[i]`` is item ``i``'s checked :class:`~jobcore.validate.Links`
+    or ``None``; its ``earlier`` positions name items of the same batch (whatever each
+    answers: the new job, or its key's live holder). All or nothing (D03): a parent id the
+    store does not hold refuses the whole call with :class:`~jobcore.errors.DependencyNotFound`,
+    a parent already ``failed``, ``dead`` or ``cancelled`` (unless ``run_anyway``) with
+    :class:`~jobcore.errors.DependencyInvalid`, and nothing is written. A new job with a
+    parent not yet ``done`` is stored ``suspended``, waiting (D01); it becomes due in the
+    same atomic step that makes its last parent ``done``, and a parent ending otherwise
+    cancels it (D02). A duplicate (E02) keeps the holder's parents. Such a backend's
+    introspection backend answers ``relatives(id) -> (parents, children)``.
     """
 
     @property
@@ -158,19 +180,39 @@ class AsyncFrontDoor:
     async def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None, on_parent_failure: str = "cancel",
     ) -> Job:
         """See :meth:`jobcore.driver.JobDriver.enqueue`."""
         new = v.new_job(
             name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
         )
-        return (await self._backend.insert((new,), None))[0]
+        if depends_on is None and on_parent_failure == "cancel":  # the common case pays one test
+            return (await self._backend.insert((new,), None))[0]
+        links = v.check_links(depends_on, on_parent_failure, None)
+        if links is None:
+            return (await self._backend.insert((new,), None))[0]
+        return (await self._linked_backend().insert_linked((new,), (links,), None))[0]
 
     async def enqueue_many(self, specs: Iterable[Any]) -> list[Job]:
         """See :meth:`jobcore.driver.JobDriver.enqueue_many`."""
-        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
-        return await self._backend.insert(news, None) if news else []
+        items = specs if isinstance(specs, list) else _listed(specs)
+        news = v.new_jobs(items, now=None, default_max_attempts=self._default_max_attempts)
+        if not news:
+            return []
+        links = v.batch_links(items)
+        if links is None:
+            return await self._backend.insert(news, None)
+        return await self._linked_backend().insert_linked(news, links, None)
+
+    def _linked_backend(self) -> _LinkedBackend:
+        """The backend, refusing ``depends_on`` when it cannot keep rules D (nothing written)."""
+        if "dependencies" not in self.capabilities:
+            raise NotSupported(
+                "this store cannot hold jobs that wait on other jobs (depends_on= was given)",
+                "enqueue without depends_on=, or use a store offering the dependencies capability",
+            )
+        return cast(_LinkedBackend, self._backend)
 
     def _joined(self, connection: object, keyword: str) -> Any:
         """``connection`` checked as a transaction handle the backend takes, or ``None``."""
@@ -194,14 +236,25 @@ class AsyncFrontDoor:
         self, connection: object, keyword: str, name: str, payload: Any, **options: Any
     ) -> Job:
         """``enqueue`` joining the caller's transaction (drivers offering ``transactional_enqueue``)."""
+        depends_on, mode = options.pop("depends_on", None), options.pop("on_parent_failure", "cancel")
         new = v.new_job(name, payload, now=None, default_max_attempts=self._default_max_attempts, **options)
-        return (await self._backend.insert((new,), self._joined(connection, keyword)))[0]
+        links = v.check_links(depends_on, mode, None)
+        handle = self._joined(connection, keyword)
+        if links is None:
+            return (await self._backend.insert((new,), handle))[0]
+        return (await self._linked_backend().insert_linked((new,), (links,), handle))[0]
 
     async def _enqueue_many_in(self, connection: object, keyword: str, specs: Iterable[Any]) -> list[Job]:
         """``enqueue_many`` joining the caller's transaction."""
-        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
+        items = specs if isinstance(specs, list) else _listed(specs)
+        news = v.new_jobs(items, now=None, default_max_attempts=self._default_max_attempts)
         handle = self._joined(connection, keyword)
-        return await self._backend.insert(news, handle) if news else []
+        if not news:
+            return []
+        links = v.batch_links(items)
+        if links is None:
+            return await self._backend.insert(news, handle)
+        return await self._linked_backend().insert_linked(news, links, handle)
 
     # -- claim and settle ----------------------------------------------------------------
 
@@ -303,3 +356,11 @@ class AsyncFrontDoor:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._backend!r})"
+
+
+def _listed(specs: object) -> Any:
+    """``specs`` as a list when it is an iterable of specs; anything else as given, for
+    :func:`~jobcore.validate.new_jobs` to refuse with its own words."""
+    if isinstance(specs, str | bytes) or not isinstance(specs, Iterable) or hasattr(specs, "keys"):
+        return specs
+    return list(specs)
