@@ -34,7 +34,8 @@ def _claim(driver: JobDriver, job: Job) -> Any:
 
 def _ack(driver: JobDriver, job: Job, result: Any = None) -> Job:
     answer = driver.ack(_claim(driver, job).token, result)
-    assert answer is not None and answer.state is JobState.DONE
+    assert answer is not None
+    assert answer.state is JobState.DONE
     return answer
 
 
@@ -44,8 +45,10 @@ def _claimable(driver: JobDriver, queue: str = "c") -> list[str]:
 
 def _cancelled_for(driver: JobDriver, child: Job, parent: Job, how: str) -> None:
     got = driver.introspect.get(child.id)
-    assert got is not None and got.state is CANCELLED, f"child {child.id} is {got and got.state}"
-    assert got.last_error is not None and got.last_error.type == "Cancelled"
+    assert got is not None
+    assert got.state is CANCELLED, f"child {child.id} is {got.state}"
+    assert got.last_error is not None
+    assert got.last_error.type == "Cancelled"
     assert got.last_error.message == f"parent job {parent.id} ended {how}"
     assert got.finished_at is not None
 
@@ -103,7 +106,9 @@ def test_D01_a_child_due_later_becomes_scheduled(driver: JobDriver, clock: Manua
     assert child.state is SUSPENDED
     _ack(driver, parent)
     got = driver.introspect.get(child.id)
-    assert got is not None and got.state is SCHEDULED and got.run_at == child.run_at
+    assert got is not None
+    assert got.state is SCHEDULED
+    assert got.run_at == child.run_at
     assert _claimable(driver) == []
     clock.advance(minutes=5)
     assert _claimable(driver) == [child.id]
@@ -126,12 +131,14 @@ def test_D01_workers_racing_the_last_acks_release_the_child_once(driver: JobDriv
 @needs
 def test_D01_a_child_enqueued_while_its_parent_is_acked_is_never_stranded(driver: JobDriver) -> None:
     """A child stored while its parent is being acked ends ready, whichever step lands first."""
-    for _ in range(5):
-        parent = _parent(driver)
-        token = _claim(driver, parent).token
+    def race(parent: Job, token: Any) -> Job:
         answers = together(2, lambda i: driver.ack(token) if i == 0 else driver.enqueue(
             "report", queue="c", depends_on=[parent.id]))
-        child = answers[1]
+        return answers[1]  # type: ignore[no-any-return]
+
+    for _ in range(5):
+        parent = _parent(driver)
+        child = race(parent, _claim(driver, parent).token)
         assert state_of(driver, child.id) is READY
         assert _claimable(driver) == [child.id]
 
@@ -202,7 +209,8 @@ def test_D03_a_group_member_answered_by_its_key_holder_links_to_the_holder(drive
     first, report = driver.enqueue_many([
         JobSpec(name="part", queue="p", key="k1"), JobSpec(name="report", queue="c", depends_on=[0]),
     ])
-    assert first.duplicate and first.id == holder.id
+    assert first.duplicate
+    assert first.id == holder.id
     assert [j.id for j in driver.introspect.parents(report.id)] == [holder.id]
     _ack(driver, holder)
     assert _claimable(driver) == [report.id]
@@ -296,7 +304,8 @@ def test_D05_parents_and_children_are_listed(driver: JobDriver) -> None:
     assert [j.id for j in driver.introspect.parents(child.id)] == [a.id, b.id]
     assert [j.id for j in driver.introspect.children(a.id)] == [child.id, other.id]
     assert [j.id for j in driver.introspect.children(b.id)] == [child.id]
-    assert driver.introspect.parents(a.id) == [] and driver.introspect.children(child.id) == []
+    assert driver.introspect.parents(a.id) == []
+    assert driver.introspect.children(child.id) == []
     with refused("JC_JOB_NOT_FOUND"):
         driver.introspect.parents("987654321")
     with refused("JC_JOB_NOT_FOUND"):

@@ -43,7 +43,7 @@ __all__ = ["COMPATIBLE_FROM", "LATEST", "MIGRATIONS", "StoreVersion", "current_v
 
 LATEST: Final = len(MIGRATIONS)
 
-COMPATIBLE_FROM: Final[tuple[int, ...]] = (1, 2, 3, 4, 5, 6)
+COMPATIBLE_FROM: Final[tuple[int, ...]] = (1, 2, 3, 4, 5, 6, 6)
 """Per step, the oldest schema version whose code runs against a store after that step.
 Steps 1-6 predate the record and claim nothing (each needs its own release's code); a
 step that only adds (a nullable or defaulted column, an index, a table) says ``n - 1``."""
