@@ -129,6 +129,7 @@ class AsyncMongoStore(AsyncFrontDoor):
         jobs = AsyncMongoJobs(self)
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._bury = jobs._bury  # the introspector's rescue buries as a claim does
+        self._family = jobs.family  # rules D: the introspector's verbs settle children as settles do
         self.leases = AsyncLeasesDoor(AsyncMongoLeases(self, db[f"{collection_prefix}leases"]))
         self.introspect = AsyncIntrospectDoor(AsyncMongoIntrospect(self, self._jobs))
         self.schedules = AsyncSchedulesDoor(
@@ -434,7 +435,7 @@ def capabilities_of(hello: Doc) -> frozenset[str]:
         extra.add("notify")
     if (replica and wire >= 7) or (mongos and wire >= 8):
         extra.add("transactional_enqueue")
-    return frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})
+    return frozenset({"shared_store", "ack_landed_only", "deferred_start", "dependencies", *extra})
 
 
 def _bounded_options(uri: str, call: float, connect: float, pool_max: int = DEFAULT_POOL_MAX) -> dict[str, Any]:
