@@ -631,10 +631,6 @@ def check_links(depends_on: object, on_parent_failure: object, position: int | N
     where = "" if position is None else f"spec {position}: "
     for given in depends_on:
         item = given.id if isinstance(given, Job) else given
-        if len(ids) + len(earlier) >= MAX_PARENTS:
-            raise DependencyInvalid(
-                f"{where}more than {MAX_PARENTS} parents", "fan in through an intermediate job, or depend on fewer jobs"
-            )
         if isinstance(item, str):
             ids.setdefault(check_name(item, "depends_on item"), None)
         elif isinstance(item, int) and not isinstance(item, bool) and position is not None:
@@ -649,6 +645,10 @@ def check_links(depends_on: object, on_parent_failure: object, position: int | N
             raise DependencyInvalid(
                 f"{where}depends_on holds {kind} ({item!r:.40})",
                 "pass job ids, Jobs, or (in enqueue_many) positions of earlier specs",
+            )
+        if len(ids) + len(earlier) > MAX_PARENTS:
+            raise DependencyInvalid(
+                f"{where}more than {MAX_PARENTS} parents", "fan in through an intermediate job, or depend on fewer jobs"
             )
     if not ids and not earlier:
         return None
