@@ -18,7 +18,8 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "fan_in
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
     spec = importlib.util.spec_from_file_location("fan_in_report", EXAMPLE)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["fan_in_report"] = module
     spec.loader.exec_module(module)
@@ -45,7 +46,7 @@ def test_a_failing_part_cancels_the_report(example: ModuleType) -> None:
         for _ in range(5):  # each of its 5 attempts, the retries due after their backoff
             tester.run_due(raise_errors=False)
             tester.advance(hours=1)
-        bad = [p for p in tester.driver.introspect.parents(report.id) if p.payload["doc"] == "b.txt"][0]
+        bad = next(p for p in tester.driver.introspect.parents(report.id) if p.payload["doc"] == "b.txt")
         assert bad.state is JobState.DEAD
         got = tester.driver.introspect.get(report.id)
         assert got is not None
