@@ -293,6 +293,7 @@ class _Dashboard:
         return self.render(
             request, "job.html", job=job, verbs=verbs, done=done, lease_left=lease_left,
             lapsed=lease_left is not None and lease_left <= timedelta(0), zero=timedelta(0),
+            parents=self.driver.introspect.parents(job.id), children=self.driver.introspect.children(job.id),
         )
 
     def job_verb(self, request: Request, form: dict[str, str]) -> Response:
