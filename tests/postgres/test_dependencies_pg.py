@@ -8,6 +8,7 @@ sees the child committed meanwhile. What each job ends as is read back from the 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -68,3 +69,32 @@ def test_a_rolled_back_enqueue_leaves_no_child_and_the_parent_settles_alone(driv
     assert driver.ack(token, 1) is not None
     assert driver.introspect.children(parent.id) == []
     assert driver.claim(["c"], worker_id="w", lease=LEASE).claimed == ()
+
+
+def test_two_parents_acked_in_overlapping_transactions_release_the_child(driver: Any, pg_url: str) -> None:
+    """Write skew, forced: each ack's trigger runs before the other commits. The later one
+    waits on the child's lock and then sees the earlier parent done, so the child is released."""
+    first, second = driver.enqueue("part", queue="p"), driver.enqueue("part", queue="p")
+    child = driver.enqueue("report", queue="c", depends_on=[first, second])
+    tokens = {c.job.id: c.token for c in driver.claim(["p"], worker_id="w", limit=2, lease=LEASE).claimed}
+
+    def items(job_id: str) -> dict[str, Any]:
+        token = tokens[job_id]
+        return {"items": json.dumps([[int(job_id), token.worker_id, token.claim_no, None]]), "now": driver._now()}
+
+    done: list[int] = []
+    with psycopg.connect(pg_url) as one, psycopg.connect(pg_url) as two:
+        assert len(one.execute(driver.q.ACK_MANY, items(first.id)).fetchall()) == 1  # open, not committed
+
+        def later() -> None:
+            done.append(len(two.execute(driver.q.ACK_MANY, items(second.id)).fetchall()))
+            two.commit()
+
+        worker = threading.Thread(target=later)
+        worker.start()
+        time.sleep(0.3)
+        assert done == []  # waiting on the child, locked by the first ack's trigger
+        one.commit()
+        worker.join(10)
+    assert done == [1]
+    assert _state(driver, child.id) is JobState.READY

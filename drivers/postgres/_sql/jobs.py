@@ -416,6 +416,10 @@ BEGIN
         ended := NEW.state;
         stamp := NEW.finished_at;
     END IF;
+    -- Lock the waiting children first, in id order: the acks of two parents of one child,
+    -- racing, then decide one after the other, the later one with a snapshot taken after the
+    -- earlier committed (each statement here takes its own), so neither misses the other.
+    PERFORM 1 FROM {{jobs}} AS c WHERE {_WAITING} ORDER BY c.id FOR UPDATE;
     IF ended <> {_DONE} THEN
         UPDATE {{jobs}} AS c SET state = {_CANCELLED}, waiting = false, finished_at = stamp,
             errors = c.errors || jsonb_build_array(jsonb_build_object('type', {_lit(CANCELLED_ENTRY)}::text,
@@ -431,7 +435,9 @@ BEGIN
     RETURN NULL;
 END
 $fn$"""
-"""The trigger function of a parent that finished or was removed (D01, D02, D05): its waiting
+"""The trigger function of a parent that finished or was removed (D01, D02, D05): it locks its
+waiting children (so two parents ending at once decide in turn, the later one seeing the
+earlier one's state: no write skew leaves a child waiting on parents all done); its waiting
 children in ``cancel`` mode are cancelled when it ended otherwise than ``done`` (removed
 before it finished included), with a ``Cancelled`` entry naming it (their own children
 follow by the same trigger); then each waiting child none of whose stored parents is live
