@@ -7,11 +7,13 @@ other scenario carries ``requires("dependencies")``.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from jobcore.parity._support import LEASE, all_jobs, claim_one, finished_job, refused, state_of, together
+from jobcore.parity._support import LEASE, WAIT, all_jobs, claim_one, finished_job, refused, state_of, together
 
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
@@ -96,6 +98,24 @@ def test_D01_a_fan_out_fan_in_group_in_one_batch(driver: JobDriver) -> None:
     claimed = claim_one(driver, "c")
     assert claimed.job.id == report.id
     assert sorted(j.result["n"] for j in driver.introspect.parents(report.id)) == [0, 10, 20, 30]
+
+
+@needs
+@pytest.mark.requires("notify")
+def test_D01_a_released_child_wakes_its_queue(driver: JobDriver) -> None:
+    """The ack of the last parent wakes subscribers of the child's queue, as an enqueue would."""
+    parent = _parent(driver)
+    driver.enqueue("report", queue="c", depends_on=[parent])
+    woken = threading.Event()
+    sub = driver.subscribe(["c"], lambda queue: woken.set())
+    try:
+        token = _claim(driver, parent).token
+        time.sleep(0.2)  # a wake-up from before the ack (none is expected) would have come by now
+        woken.clear()
+        assert driver.ack(token, 1) is not None
+        assert woken.wait(WAIT)
+    finally:
+        sub.close()
 
 
 @needs

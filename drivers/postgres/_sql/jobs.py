@@ -406,6 +406,7 @@ DECLARE
     parent_id bigint;
     ended text;
     stamp timestamptz;
+    woke bigint;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         parent_id := OLD.id;
@@ -427,11 +428,18 @@ BEGIN
                 'attempt', c.attempt))
         WHERE {_WAITING} AND NOT c.run_anyway;
     END IF;
-    UPDATE {{jobs}} AS c SET waiting = false,
-        state = CASE WHEN c.run_at > stamp THEN {_SCHEDULED} ELSE {_READY} END
-    WHERE {_WAITING} AND NOT EXISTS (
-        SELECT 1 FROM {{jobs}} AS p WHERE p.id = ANY(c.parents)
-          AND (p.state IN {LIVE} OR (p.state IN {_ENDED_OTHERWISE} AND NOT c.run_anyway)));
+    WITH released AS (
+        UPDATE {{jobs}} AS c SET waiting = false,
+            state = CASE WHEN c.run_at > stamp THEN {_SCHEDULED} ELSE {_READY} END
+        WHERE {_WAITING} AND NOT EXISTS (
+            SELECT 1 FROM {{jobs}} AS p WHERE p.id = ANY(c.parents)
+              AND (p.state IN {LIVE} OR (p.state IN {_ENDED_OTHERWISE} AND NOT c.run_anyway)))
+        RETURNING c.queue, c.state
+    )
+    SELECT count(*) INTO woke FROM (
+        SELECT pg_notify({{notify_channel}}, q.queue)
+        FROM (SELECT DISTINCT r.queue FROM released AS r WHERE r.state = {_READY}) AS q
+    ) AS w;
     RETURN NULL;
 END
 $fn$"""
@@ -442,7 +450,8 @@ children in ``cancel`` mode are cancelled when it ended otherwise than ``done`` 
 before it finished included), with a ``Cancelled`` entry naming it (their own children
 follow by the same trigger); then each waiting child none of whose stored parents is live
 (nor, in ``cancel`` mode, ended otherwise) becomes due, ``scheduled`` when its ``run_at`` is
-after the parent's ``finished_at``. A removed parent is no longer stored: it counts as done.
+after the parent's ``finished_at``, and NOTIFYs the queues of those made ready (at commit, as
+an enqueue does). A removed parent is no longer stored: it counts as done.
 Times are the parent's ``finished_at`` (the settling statement's now, F01); a removal,
 which has none, reads the store's clock."""
 
