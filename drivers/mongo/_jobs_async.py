@@ -201,8 +201,10 @@ class AsyncMongoJobs:
         await self.family.mark(sorted(set(stored.values())), session)
         waiting: list[int] = []
         holders: set[int] = set()
+        linked: list[int] = []  # each item's _id as the children were linked to it
 
         def decorate(ids: list[int], fresh: list[tuple[int, Doc]]) -> None:
+            linked.extend(ids)
             batch_parents = {ids[e] for link in links if link is not None for e in link.earlier}
             for index, doc in fresh:
                 if doc["_id"] in batch_parents:
@@ -232,6 +234,15 @@ class AsyncMongoJobs:
                 max_attempts=job.max_attempts, key=job.key, state=state,
             ))
         answers = await self._store(news, now, session, decorate)
+        # An in-batch parent whose key a concurrent enqueue took at the same instant was
+        # answered by that key's holder, not stored: point its children at the holder.
+        for index in sorted({e for link in links if link is not None for e in link.earlier}):
+            if linked and int(answers[index].id) != linked[index]:
+                holder = int(answers[index].id)
+                await self._jobs.update_many(
+                    {"parents": linked[index]}, {"$set": {"parents.$": holder}}, session=session,
+                )
+                holders.add(holder)
         await self.family.mark(sorted(holders), session)
         if waiting and session is None:  # in the caller's transaction, nothing else sees the children yet
             await self.family.recheck(waiting, now)

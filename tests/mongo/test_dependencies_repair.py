@@ -118,3 +118,32 @@ def test_a_crash_before_the_enqueue_recheck_is_repaired_by_rescue(
     assert stored["state"] == "suspended"  # stored, and missed by the ack
     driver.introspect.rescue()
     assert _doc(driver, str(stored["_id"]))["state"] == "ready"
+
+
+def test_a_batch_parent_whose_key_is_taken_meanwhile_links_its_children_to_the_holder(
+    driver: MongoDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A concurrent enqueue takes the key of a group's parent between the group's key check and
+    its insert: the parent is answered by that holder, and the child waits on the holder."""
+    backend = driver._backend
+    real = backend._insert
+    taken: list[Any] = []
+
+    def insert(docs: Any, session: Any) -> Any:
+        if not taken:  # the concurrent enqueue lands first (its own insert goes straight through)
+            taken.append(True)
+            taken.append(driver.enqueue("part", queue="p", key="k"))
+        return real(docs, session)
+
+    monkeypatch.setattr(backend, "_insert", insert)
+    first, report = driver.enqueue_many([
+        {"name": "part", "queue": "p", "key": "k"}, {"name": "report", "queue": "c", "depends_on": [0]},
+    ])
+    holder = taken[1]
+    assert first.duplicate
+    assert first.id == holder.id
+    assert [j.id for j in driver.introspect.parents(report.id)] == [holder.id]
+    assert _doc(driver, holder.id).get("has_children") is True
+    token = _claim(driver)
+    driver.ack(token, 1)
+    assert _doc(driver, report.id)["state"] == "ready"
