@@ -76,6 +76,7 @@ CAPABILITIES = {
     "ack_landed_only": "ack_many(items, landed_only=True) answers True/False per item, reading no job back",
     "deferred_start": "claim(..., start=False) holds jobs unstarted and start(tokens) starts them (F04)",
     "finish_notify": "wait() is woken by the store when the job finishes (A02); without it wait() polls",
+    "dependencies": "enqueue(..., depends_on=[...]) holds a job until its parents are done (rules D)",
 }
 """Capabilities a driver may declare in ``capabilities``; scenarios skip by these.
 
@@ -84,7 +85,7 @@ front door offers ``ack_many(..., landed_only=True)`` on every driver (answered 
 full acks where the store lacks ``ack_landed_only``, so it is no faster there), and
 refuses with ``JC_NOT_SUPPORTED``, writing nothing: ``claim(start=False)`` and ``start``
 without ``deferred_start``, a transaction handle (``connection=``, ``session=``) without
-``transactional_enqueue``."""
+``transactional_enqueue``, ``depends_on=`` without ``dependencies``."""
 
 
 class Subscription(Protocol):
@@ -188,6 +189,18 @@ class Introspector(Protocol):
         store's size: a job enqueued long ago counts by when it finished. ``minutes``
         outside 1..1440 (``MAX_CHART_MINUTES``) is refused with ``JC_OPTION_INVALID``.
         """
+        ...
+
+    def parents(self, job_id: str) -> builtins.list[Job]:
+        """The jobs ``job_id`` depends on (rules D), oldest first; a removed parent is left out.
+
+        ``JC_JOB_NOT_FOUND`` for an unknown id; ``[]`` for a job without parents, and on a
+        store without the ``dependencies`` capability.
+        """
+        ...
+
+    def children(self, job_id: str) -> builtins.list[Job]:
+        """The jobs that depend on ``job_id`` (rules D), oldest first; ``JC_JOB_NOT_FOUND`` for an unknown id."""
         ...
 
     def rescue(self) -> RescueResult:
@@ -489,6 +502,8 @@ class JobDriver(Protocol):
         delay: Duration | None = None,
         max_attempts: int | None = None,
         key: str | None = None,
+        depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> Job:
         """Store one job and answer it as stored (E01).
 
@@ -505,6 +520,17 @@ class JobDriver(Protocol):
         driver returns identically (``JC_PAYLOAD_INVALID``, E03); a numeric option that
         is not a finite number in range, a bool posing as an int, a naive datetime,
         an empty or over-long name (``JC_OPTION_INVALID``, E04).
+
+        Dependencies (rules D, ``dependencies`` capability; ``JC_NOT_SUPPORTED`` without):
+        with ``depends_on`` (job ids or Jobs) the job is stored ``suspended``, waiting,
+        until every parent is ``done`` (D01); it becomes due in the step that makes the last
+        one ``done``, or at once when all already are. When a parent ends ``failed``,
+        ``dead`` or ``cancelled``, or is removed before it was done, the job is cancelled
+        with a ``Cancelled`` entry naming the parent (D02), unless
+        ``on_parent_failure="run"``: then it runs once every parent finished, however.
+        An unknown parent id is ``JC_DEPENDENCY_NOT_FOUND``; a parent already ended other
+        than ``done`` (without ``"run"``), or more than 1000 parents,
+        ``JC_DEPENDENCY_INVALID``; nothing is written (D04).
         """
         ...
 
@@ -515,6 +541,12 @@ class JobDriver(Protocol):
         names. Duplicates (E02) are answered as ``enqueue`` would, including a key
         repeated inside the batch (the later item answers the earlier one). One
         refused item refuses the whole batch and nothing is written.
+
+        A spec's ``depends_on`` may also hold ``int`` positions of earlier specs of the
+        same batch, so a whole fan-out/fan-in group is stored atomically (D03); a position
+        at or after the spec's own would allow a cycle and is refused
+        (``JC_DEPENDENCY_INVALID``), as is an unknown parent id
+        (``JC_DEPENDENCY_NOT_FOUND``), writing nothing (D04).
         """
         ...
 
@@ -709,7 +741,7 @@ class AsyncJobDriver(Protocol):
     async def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None, on_parent_failure: str = "cancel",
     ) -> Job:
         """See :meth:`JobDriver.enqueue`."""
         ...

@@ -14,6 +14,8 @@ original stays on ``__cause__``.
     │   ├── ClaimQueuesEmpty               JC_CLAIM_QUEUES_EMPTY
     │   ├── PageInvalid                    JC_PAGE_INVALID
     │   ├── ScheduleInvalid                JC_SCHEDULE_INVALID
+    │   ├── DependencyInvalid              JC_DEPENDENCY_INVALID
+    │   ├── DependencyNotFound             JC_DEPENDENCY_NOT_FOUND
     │   └── UrlInvalid                     JC_URL_INVALID
     ├── JobNotFound (LookupError)          JC_JOB_NOT_FOUND
     ├── ScheduleNotFound (LookupError)     JC_SCHEDULE_NOT_FOUND
@@ -54,6 +56,8 @@ __all__ = [
     "BackendUnavailable",
     "ClaimQueuesEmpty",
     "ConfigurationError",
+    "DependencyInvalid",
+    "DependencyNotFound",
     "DriverUnavailable",
     "HandlerError",
     "InvalidInput",
@@ -147,6 +151,24 @@ class ScheduleInvalid(InvalidInput):
     """A periodic schedule that cannot fire: bad cron, unknown zone, non-positive interval."""
 
     code = "JC_SCHEDULE_INVALID"
+
+
+class DependencyInvalid(InvalidInput):
+    """``depends_on`` that can never be met: a cycle (a spec naming itself or a later spec of
+    its batch), too many parents, or a parent that already ended other than ``done``."""
+
+    code = "JC_DEPENDENCY_INVALID"
+    default_fix = (
+        "name only stored job ids, Jobs, or the positions of earlier specs of the same batch; "
+        "see docs/howto/dependencies.md"
+    )
+
+
+class DependencyNotFound(InvalidInput):
+    """``depends_on`` names a job id the store does not hold (never enqueued, or removed)."""
+
+    code = "JC_DEPENDENCY_NOT_FOUND"
+    default_fix = "enqueue the parent first (or in the same enqueue_many batch) and pass its id"
 
 
 class UrlInvalid(InvalidInput):

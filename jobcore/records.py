@@ -291,6 +291,11 @@ class JobSpec:
         delay: Duration from now until due; excludes ``run_at``.
         max_attempts: Attempts allowed; ``None`` takes the driver's default.
         key: Idempotency key.
+        depends_on: Parents (rules D): stored job ids, :class:`Job` records, or (``int``) the
+            position of an earlier spec of the same ``enqueue_many`` batch. The job waits
+            (state ``suspended``) until every parent is ``done``.
+        on_parent_failure: ``"cancel"`` (default): the job is cancelled as soon as a parent ends
+            other than ``done``; ``"run"``: it runs once every parent has finished, however.
     """
 
     name: str
@@ -301,6 +306,8 @@ class JobSpec:
     delay: timedelta | float | int | None = None
     max_attempts: int | None = None
     key: str | None = None
+    depends_on: Any = ()
+    on_parent_failure: str = "cancel"
 
 
 @_record

@@ -246,12 +246,18 @@ class JobHandle:
         max_attempts: int | None = None,
         key: str | None = None,
         driver: JobDriver | None = None,
+        depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> Job:
-        """Store one job of this kind (on ``driver`` or the process-wide one) and answer it."""
+        """Store one job of this kind (on ``driver`` or the process-wide one) and answer it.
+
+        ``depends_on``/``on_parent_failure``: it waits for other jobs (rules D, docs/howto/dependencies.md)."""
         target = driver if driver is not None else get_job_driver()
         options = self._options(
             queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
         )
+        if depends_on is not None or on_parent_failure != "cancel":
+            options.update(depends_on=depends_on, on_parent_failure=on_parent_failure)
         return target.enqueue(self.name, self.stored_payload(payload), **options)
 
     async def enqueue_async(
@@ -265,13 +271,42 @@ class JobHandle:
         max_attempts: int | None = None,
         key: str | None = None,
         driver: AsyncJobDriver | None = None,
+        depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> Job:
         """:meth:`enqueue` on an async driver (``driver`` or the process-wide async one)."""
         target = driver if driver is not None else get_async_job_driver()
         options = self._options(
             queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
         )
+        if depends_on is not None or on_parent_failure != "cancel":
+            options.update(depends_on=depends_on, on_parent_failure=on_parent_failure)
         return await target.enqueue(self.name, self.stored_payload(payload), **options)
+
+    def spec(
+        self,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        key: str | None = None,
+        depends_on: Any = (),
+        on_parent_failure: str = "cancel",
+    ) -> JobSpec:
+        """A :class:`JobSpec` of this kind for ``driver.enqueue_many`` (with this kind's defaults),
+        e.g. a group whose last spec depends on the others by position (rules D)."""
+        options = self._options(
+            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
+        )
+        wait = options.pop("delay")
+        return JobSpec(
+            name=self.name, payload=self.stored_payload(payload),
+            delay=wait.total_seconds() if isinstance(wait, timedelta) else wait,
+            depends_on=depends_on, on_parent_failure=on_parent_failure, **options,
+        )
 
     def enqueue_many(
         self,

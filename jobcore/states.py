@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["NEW", "TRANSITIONS", "Transition", "diagram_edges", "transition"]
+__all__ = ["DEPENDENCY_TRIGGERS", "NEW", "TRANSITIONS", "Transition", "diagram_edges", "transition"]
 
 NEW = "[*]"
 """The source of a transition that creates a job (mermaid's start marker)."""
@@ -62,11 +62,21 @@ TRANSITIONS: tuple[Transition, ...] = (
     _t("running", "ready", "rescue: lease lapsed", "rescue (lease lapsed, attempts left)"),
     _t("suspended", "ready", "resume"),
     *(_t(state, "cancelled", "cancel") for state in _LIVE),
+    _t(NEW, "suspended", "enqueue: parents not done", "enqueue (depends_on a job not done yet)"),
+    _t("suspended", "ready", "parents: all done", "last parent done"),
+    _t("suspended", "scheduled", "parents: all done, run_at in the future", "last parent done (run_at in the future)"),
+    _t("suspended", "cancelled", "parents: one ended otherwise", "a parent failed, died, was cancelled or removed"),
     *(_t(state, "ready", "requeue") for state in _FINISHED),
     *(_t(state, "scheduled", "requeue_many: spread", "requeue_many (spread, due later)") for state in _FINISHED),
 )
 """Every edge of the job state machine. Removal (``remove``, ``remove_many``, ``prune``)
 deletes a job rather than moving it, so it is no edge here."""
+
+DEPENDENCY_TRIGGERS = frozenset(
+    t.trigger for t in TRANSITIONS if t.trigger.startswith(("parents:", "enqueue: parents"))
+)
+"""The triggers of rules D's edges (a job waiting on its parents, ``depends_on``): the stateful
+parity test draws no dependencies, so ``parity_tests/test_dependencies.py`` takes these."""
 
 _BY_KEY = {(t.source, t.target, t.trigger): t for t in TRANSITIONS}
 

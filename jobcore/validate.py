@@ -21,6 +21,7 @@ import attrs
 from jobcore.clock import to_millis
 from jobcore.errors import (
     ClaimQueuesEmpty,
+    DependencyInvalid,
     OptionInvalid,
     PageInvalid,
     PayloadInvalid,
@@ -29,6 +30,7 @@ from jobcore.errors import (
 from jobcore.records import (
     FINISHED_STATES,
     ClaimToken,
+    Job,
     JobFilter,
     JobSpec,
     JobState,
@@ -52,11 +54,13 @@ from jobcore.vocabulary import (  # the limits, re-exported: drivers and checks 
     MAX_LEASE_SLOTS,
     MAX_NAME_LENGTH,
     MAX_PAGE,
+    MAX_PARENTS,
     MAX_PAYLOAD_BYTES,
     MAX_PROGRESS_MESSAGE,
     MAX_PRUNE_ROWS,
     MAX_SPREAD,
     MIN_LEASE,
+    PARENT_FAILURE_MODES,
     PRIORITY_MAX,
     PRIORITY_MIN,
 )
@@ -78,6 +82,7 @@ __all__ = [
     "MAX_LEASE_SLOTS",
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
+    "MAX_PARENTS",
     "MAX_PAYLOAD_BYTES",
     "MAX_PROGRESS_MESSAGE",
     "MAX_PRUNE_ROWS",
@@ -85,8 +90,10 @@ __all__ = [
     "MIN_LEASE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "Links",
     "NewJob",
     "StoreTimedJob",
+    "batch_links",
     "check_bool",
     "check_bulk_limit",
     "check_claim",
@@ -95,6 +102,7 @@ __all__ = [
     "check_fire",
     "check_id",
     "check_int",
+    "check_links",
     "check_nack_flags",
     "check_name",
     "check_page",
@@ -630,6 +638,96 @@ def new_jobs(
     return out
 
 
+@attrs.frozen
+class Links:
+    """A checked job's parents (rules D), as :func:`check_links` answers them.
+
+    Attributes:
+        ids: Distinct stored job ids, in the order given (the store checks they exist).
+        earlier: Distinct positions of earlier items of the same batch, ascending.
+        run_anyway: ``on_parent_failure="run"``: run once every parent finished, however it ended.
+    """
+
+    ids: tuple[str, ...]
+    earlier: tuple[int, ...] = ()
+    run_anyway: bool = False
+
+
+def check_links(depends_on: object, on_parent_failure: object, position: int | None) -> Links | None:
+    """``depends_on`` and ``on_parent_failure`` of one job, checked; ``None`` when it has no parents.
+
+    Items are job ids (``str``), :class:`~jobcore.records.Job` records (their id) or, in a
+    batch (``position`` is the item's own index), ``int`` positions of earlier items. A
+    position at or after the item's own would allow a cycle and is refused
+    (``JC_DEPENDENCY_INVALID``), as are more than :data:`MAX_PARENTS` parents and any other
+    kind of item. Whether an id names a stored job is the store's to check.
+    """
+    if on_parent_failure not in PARENT_FAILURE_MODES:
+        raise OptionInvalid(
+            f"on_parent_failure must be one of {', '.join(PARENT_FAILURE_MODES)}, got {on_parent_failure!r:.60}",
+            'pass on_parent_failure="cancel" (the default) or "run"',
+        )
+    if depends_on is None:
+        return None
+    if isinstance(depends_on, str | bytes | Job | Mapping) or not isinstance(depends_on, Iterable):
+        raise DependencyInvalid(
+            f"depends_on must be a list of job ids, Jobs or batch positions, got {type(depends_on).__name__}",
+            "pass a list, e.g. depends_on=[job.id] or depends_on=[first_job]",
+        )
+    ids: dict[str, None] = {}
+    earlier: set[int] = set()
+    where = "" if position is None else f"spec {position}: "
+    for given in depends_on:
+        item = given.id if isinstance(given, Job) else given
+        if isinstance(item, str):
+            ids.setdefault(check_name(item, "depends_on item"), None)
+        elif isinstance(item, int) and not isinstance(item, bool) and position is not None:
+            if not 0 <= item < position:
+                raise DependencyInvalid(
+                    f"{where}depends on batch position {item}, which is not an earlier spec (a cycle could form)",
+                    "name only specs that come before this one in the batch",
+                )
+            earlier.add(item)
+        else:
+            kind = "a batch position outside enqueue_many" if isinstance(item, int) else type(item).__name__
+            raise DependencyInvalid(
+                f"{where}depends_on holds {kind} ({item!r:.40})",
+                "pass job ids, Jobs, or (in enqueue_many) positions of earlier specs",
+            )
+        if len(ids) + len(earlier) > MAX_PARENTS:
+            raise DependencyInvalid(
+                f"{where}more than {MAX_PARENTS} parents", "fan in through an intermediate job, or depend on fewer jobs"
+            )
+    if not ids and not earlier:
+        return None
+    return Links(ids=tuple(ids), earlier=tuple(sorted(earlier)), run_anyway=on_parent_failure == "run")
+
+
+def batch_links(specs: list[Any]) -> list[Links | None] | None:
+    """Every item's :class:`Links` for an ``enqueue_many`` batch, or ``None`` when no item has parents
+    (the common case: one attribute read per item)."""
+    found = False
+    for spec in specs:
+        if isinstance(spec, JobSpec):
+            if spec.depends_on or spec.on_parent_failure != "cancel":
+                found = True
+                break
+        elif isinstance(spec, Mapping) and ("depends_on" in spec or "on_parent_failure" in spec):
+            found = True
+            break
+    if not found:
+        return None
+    links: list[Links | None] = []
+    for index, spec in enumerate(specs):
+        if isinstance(spec, JobSpec):
+            links.append(check_links(spec.depends_on, spec.on_parent_failure, index))
+        elif isinstance(spec, Mapping):
+            links.append(check_links(spec.get("depends_on"), spec.get("on_parent_failure", "cancel"), index))
+        else:
+            links.append(None)  # refused by new_jobs
+    return links
+
+
 _SPEC_DEFAULTS = tuple(
     (f, attrs.fields_dict(JobSpec)[f].default)
     for f in ("name", "queue", "priority", "run_at", "delay", "max_attempts", "key")
@@ -714,7 +812,9 @@ def check_filter(value: object) -> JobFilter:
     if value.id_prefix is not None and not isinstance(value.id_prefix, str):
         raise OptionInvalid("id_prefix must be a str", "pass the start of an id")
     if value.id_prefix is not None and ("\x00" in value.id_prefix or not _encodable(value.id_prefix)):
-        raise OptionInvalid("id_prefix contains a NUL or an unpaired surrogate", "pass the start of an id as plain text")
+        raise OptionInvalid(
+            "id_prefix contains a NUL or an unpaired surrogate", "pass the start of an id as plain text"
+        )
     for field in ("created_from", "created_to"):
         if getattr(value, field) is not None:
             check_time(getattr(value, field), field)

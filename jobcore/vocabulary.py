@@ -53,11 +53,14 @@ __all__ = [
     "MAX_LEASE_SLOTS",
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
+    "MAX_PARENTS",
     "MAX_PAYLOAD_BYTES",
     "MAX_PROGRESS_MESSAGE",
     "MAX_PRUNE_ROWS",
     "MAX_SPREAD",
     "MIN_LEASE",
+    "PARENT_ENDED_TEMPLATE",
+    "PARENT_FAILURE_MODES",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "Guard",
@@ -65,6 +68,7 @@ __all__ = [
     "key_held",
     "lease_lapsed_final_text",
     "not_found",
+    "parent_ended_text",
     "refused",
     "takes",
 ]
@@ -156,6 +160,16 @@ LEASE_LAPSED_FINAL: Final = "LeaseLapsedFinalAttempt"
 """Type of the entry a burial records (C08)."""
 CANCELLED_ENTRY: Final = "Cancelled"
 """Type of the entry ``cancel`` records, with the caller's reason as its message (O01)."""
+PARENT_ENDED_TEMPLATE: Final = "parent job {parent} ended {state}"
+"""The message of the ``Cancelled`` entry of a job whose parent ended other than ``done``
+(D02); ``state`` is the parent's finished state, or ``removed`` for a parent removed before
+it finished (D05)."""
+
+
+def parent_ended_text(parent: str, state: str) -> str:
+    """The ``Cancelled`` entry's message for a child of ``parent`` that ended ``state`` (D02)."""
+    return PARENT_ENDED_TEMPLATE.format(parent=parent, state=state)
+
 LEASE_LAPSED_FINAL_TEMPLATE: Final = (
     "lease lapsed on the final attempt ({attempt} of {max_attempts}); the worker likely crashed"
 )
@@ -185,6 +199,10 @@ MAX_BULK_ROWS: Final = 1000
 """Most rows one ``*_many`` operator call moves."""
 MAX_ENQUEUE_BATCH: Final = 10_000
 """Most specs one ``enqueue_many`` stores."""
+MAX_PARENTS: Final = 1000
+"""Most parents one job may depend on (rules D)."""
+PARENT_FAILURE_MODES: Final = ("cancel", "run")
+"""What a job does when a parent ends other than ``done`` (``on_parent_failure``, D02)."""
 MAX_PRUNE_ROWS: Final = 100_000
 """Most rows one ``introspect.prune`` call deletes (in batches of at most MAX_BULK_ROWS)."""
 DEFAULT_PRUNE_ROWS: Final = 10_000

@@ -42,6 +42,7 @@ class L:
     MAX_JSON_DEPTH = 64
     MAX_NAME_LENGTH = 200
     MAX_ENQUEUE_BATCH = 10_000
+    MAX_PARENTS = 1000
     MAX_CLAIM_BATCH = 1000
     MAX_BULK_ROWS = 1000
     DEFAULT_PAGE = 100
@@ -202,6 +203,26 @@ def test_E05_batch_of_exactly_max_enqueue_batch(driver: JobDriver) -> None:
     assert [a.duplicate for a in answers[:3]] == [False, False, True]
     assert {a.id for a in answers[2:]} == {answers[1].id}
     assert sorted(j.name for j in all_jobs(driver)) == ["a", "fresh"]
+
+
+# --- MAX_PARENTS ----------------------------------------------------------------------------
+
+
+def test_D04_parents_of_exactly_max_parents(driver: JobDriver) -> None:
+    """A job may depend on MAX_PARENTS jobs; one more is JC_DEPENDENCY_INVALID, nothing written."""
+    parts = [JobSpec(name="part", queue="p") for _ in range(L.MAX_PARENTS + 1)]
+    with refused("JC_DEPENDENCY_INVALID"):
+        driver.enqueue_many([*parts, JobSpec(name="report", depends_on=range(L.MAX_PARENTS + 1))])
+    assert all_jobs(driver) == []
+    group = [*parts[:-1], JobSpec(name="report", depends_on=range(L.MAX_PARENTS))]
+    if "dependencies" not in driver.capabilities:
+        with refused("JC_NOT_SUPPORTED"):
+            driver.enqueue_many(group)
+        assert all_jobs(driver) == []
+        return
+    *_, report = driver.enqueue_many(group)
+    assert report.state is JobState.SUSPENDED
+    assert len(driver.introspect.parents(report.id)) == L.MAX_PARENTS
 
 
 # --- MAX_CLAIM_BATCH ----------------------------------------------------------------------

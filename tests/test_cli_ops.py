@@ -224,7 +224,7 @@ def test_show_json_is_job_to_dict(run: Run, driver: JobDriver) -> None:
     data = _json(out)
     stored = driver.introspect.get(job_id)
     assert stored is not None
-    assert data == job_to_dict(stored)
+    assert data == {**job_to_dict(stored), "parents": [], "children": []}
     assert data["state"] == "dead"
     assert data["created_at"] == "2030-01-01T12:00:00.000+00:00"
     assert data["errors"] == [
@@ -261,6 +261,21 @@ def test_show_ls_and_json_show_a_running_jobs_stored_progress(run: Run, driver: 
     row = next(r for r in rows if r.startswith(job.id))
     assert "40% row 400 of 1000" in row
     assert header.index("PROGRESS") == row.index("40%")
+
+
+@pytest.mark.requires("dependencies")
+def test_show_lists_parents_and_children(run: Run, driver: JobDriver) -> None:
+    """show names a job's parents and children with their states; --json lists their ids (rules D)."""
+    a, b = driver.enqueue("part"), driver.enqueue("part")
+    report = driver.enqueue("report", depends_on=[a, b])
+    status, out, _ = run("show", report.id)
+    assert status == 0
+    assert f"parents      {a.id} (ready), {b.id} (ready)" in out
+    assert "children     -" in out
+    assert f"children     {report.id} (suspended)" in run("show", a.id)[1]
+    data = _json(run("show", report.id, "--json")[1])
+    assert (data["parents"], data["children"]) == ([a.id, b.id], [])
+    assert _json(run("show", a.id, "--json")[1])["children"] == [report.id]
 
 
 def test_show_unknown_id_exits_with_not_found_status(run: Run) -> None:
@@ -579,7 +594,7 @@ def test_subprocess_cli_reads_and_repairs_a_shared_store(driver: JobDriver, cloc
     assert stats["dead"] == 1
 
     shown = json.loads(_cli("show", dead, "--json", url=url).stdout)
-    assert shown == job_to_dict(driver.introspect.get(dead))  # type: ignore[arg-type]
+    assert shown == {**job_to_dict(driver.introspect.get(dead)), "parents": [], "children": []}  # type: ignore[arg-type]
     assert [j["id"] for j in json.loads(_cli("dead", "--json", url=url).stdout)["jobs"]] == [dead]
 
     assert _cli("promote", later.id, url=url).returncode == 0

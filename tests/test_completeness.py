@@ -28,7 +28,7 @@ SCENARIO_DIR = ROOT / "parity_tests"
 PACKAGE_DIRS = {"jobcore.parity": SCENARIO_DIR, "jobcore": ROOT / "jobcore"}
 """Where imported helper modules live: ``jobcore.parity.x`` is ``parity_tests/x.py``."""
 SECTION_SIZES = {
-    "E": 5, "C": 10, "L": 4, "S": 7, "O": 10, "K": 4, "R": 2, "P": 5, "W": 7, "T": 3, "A": 4, "G": 4, "F": 7,
+    "E": 5, "C": 10, "L": 4, "S": 7, "O": 10, "K": 4, "R": 2, "P": 5, "W": 7, "T": 3, "A": 4, "D": 5, "G": 4, "F": 7,
 }
 """How many rules each section has: a rule that vanishes from the end of a section fails too."""
 

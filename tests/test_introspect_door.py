@@ -106,6 +106,8 @@ VALID: dict[str, dict[str, Any]] = {
     "dead_letters": {"queue": "q", "limit": 10},
     "finished_per_minute": {"minutes": 60},
     "rescue": {},
+    "parents": {"job_id": "5"},
+    "children": {"job_id": "5"},
     "cancel": {"job_id": "5", "reason": "why"},
     "requeue": {"job_id": "5"},
     "remove": {"job_id": "5"},

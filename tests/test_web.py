@@ -160,6 +160,20 @@ def test_job_page_and_jobs_list_show_stored_progress(driver: JobDriver, client: 
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
 
 
+@pytest.mark.requires("dependencies")
+def test_job_page_links_parents_and_children(driver: JobDriver, client: TestClient) -> None:
+    """The job page lists a job's parents and children, each a link to its own page (rules D)."""
+    part = driver.enqueue("part")
+    report = driver.enqueue("report", depends_on=[part])
+    html = client.get(f"/jobs/{report.id}").text
+    assert "<h2>Dependencies</h2>" in html
+    assert f'<a class="mono" href="/jobs/{part.id}">{part.id}</a>' in html
+    assert "Waiting until every parent is done." in html
+    assert f'<a class="mono" href="/jobs/{report.id}">{report.id}</a>' in client.get(f"/jobs/{part.id}").text
+    alone = driver.enqueue("alone")
+    assert "<h2>Dependencies</h2>" not in client.get(f"/jobs/{alone.id}").text
+
+
 def test_dead_letters_page_lists_dead_jobs_only(driver: JobDriver, client: TestClient) -> None:
     dead = _fail(driver, "gave up", queue="mail")
     failed = _fail(driver, "no retry", queue="mail", dead=False)

@@ -188,6 +188,7 @@ LIMITS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("MAX_DELAY", "longest `delay` (E04)", ("test_E04_delay_of_exactly_max_delay",)),
     ("MAX_SPREAD", "longest `requeue_many` spread (O06)", ("test_O06_spread_of_exactly_max_spread",)),
     ("MAX_LEASE_SLOTS", "`limit` of a fleet lease key (K01)", ("test_K01_lease_limit_of_exactly_max_lease_slots",)),
+    ("MAX_PARENTS", "jobs one job may depend on (`depends_on`, D04)", ("test_D04_parents_of_exactly_max_parents",)),
     ("MAX_PROGRESS_MESSAGE", "characters of a stored progress message (G03)", (
         "test_G03_progress_message_of_exactly_max_progress_message",)),
     ("MAX_PRUNE_ROWS", "rows one `introspect.prune` call deletes (R01)", (

@@ -43,6 +43,7 @@ class MemoryDriver(FrontDoor):
         self._now, self._schedule, self._insert = store._now, store._schedule, store._insert
         self._finish, self._error, self._lapsed = store._finish, store._error, store._lapsed
         self._bury, self._release_lapsed, self._wake = store._bury, store._release_lapsed, store._wake
+        self._forget_parent, self._wake_released = store._forget_parent, store._wake_released
         self.leases = LeasesDoor(MemoryLeases(self))
         self.introspect = IntrospectDoor(MemoryIntrospect(self))
         self.schedules = SchedulesDoor(MemorySchedules(self), default_max_attempts=self._default_max_attempts)

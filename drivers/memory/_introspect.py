@@ -113,6 +113,7 @@ class MemoryIntrospect:
                     requeued += 1
                     woken.add(queue)
         d._wake(woken)
+        d._wake_released()
         return RescueResult(requeued=requeued, buried=tuple(buried))
 
     # -- single-job verbs ----------------------------------------------------------------
@@ -170,6 +171,11 @@ class MemoryIntrospect:
         del self._d._rows[row.seq]
         if row.key is not None and self._d._live_keys.get((row.name, row.key)) == row.seq:
             del self._d._live_keys[(row.name, row.key)]
+        self._d._forget_parent(row, self._d._now())
+
+    def relatives(self, seq: int) -> tuple[list[Job], list[Job]] | None:
+        """Job ``seq``'s parents and children (rules D)."""
+        return self._d._store.relatives(seq)
 
     def make_due(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
         with self._d._lock:
@@ -177,6 +183,7 @@ class MemoryIntrospect:
             if row is None or isinstance(row, Refused):
                 return row
             row.attempt = min(row.attempt, row.max_attempts - 1)  # a resumed job has an attempt left (S05)
+            row.waiting = False  # resuming a job waiting on its parents runs it now (D05)
             self._make_due(row, self._d._now())
             job = row.job()
         self._d._wake((job.queue,))
@@ -196,7 +203,8 @@ class MemoryIntrospect:
             now = self._d._now()
             rows = self._eligible(flt)
             for row in rows[:limit]:
-                self._cancel(row, message, now)
+                if row.state in flt.state:  # type: ignore[operator]  # not already cancelled by a parent's cascade
+                    self._cancel(row, message, now)
             return BulkResult(affected=min(limit, len(rows)), remaining=max(0, len(rows) - limit))
 
     def _requeueable(self, flt: JobFilter) -> RowList:

@@ -22,6 +22,7 @@ from typing import Any
 
 from jobcore import validate as v
 from jobcore.clock import Clock, to_millis
+from jobcore.errors import DependencyInvalid, DependencyNotFound
 from jobcore.records import (
     Claimed,
     ClaimResult,
@@ -34,17 +35,21 @@ from jobcore.records import (
     Progress,
 )
 from jobcore.vocabulary import (
+    CANCELLED_ENTRY,
     CLAIMABLE_STATES,
     LEASE_EXPIRED,
     LEASE_EXPIRED_TEXT,
     LEASE_LAPSED_FINAL,
     lease_lapsed_final_text,
+    parent_ended_text,
 )
 
 __all__ = ["MemoryJobs"]
 
 READY, SCHEDULED, RUNNING, SUSPENDED = JobState.READY, JobState.SCHEDULED, JobState.RUNNING, JobState.SUSPENDED
 DONE, FAILED, DEAD, CANCELLED = JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELLED
+_ENDED_OTHERWISE = (FAILED, DEAD, CANCELLED)
+_FINISHED_NAMES = frozenset(s.value for s in (DONE, *_ENDED_OTHERWISE))
 _CLAIMABLE = tuple(CLAIMABLE_STATES)  # a tuple: ``in`` compares by identity, no enum hashing on the claim path
 
 
@@ -61,8 +66,8 @@ class _Row:
 
     __slots__ = (
         "attempt", "attempted_at", "claim_no", "created_at", "errors", "finished_at", "held", "key",
-        "lease_expires_at", "max_attempts", "name", "payload", "priority", "progress", "queue", "result",
-        "run_at", "seq", "state", "trace", "worker_id",
+        "lease_expires_at", "max_attempts", "name", "parents", "payload", "priority", "progress", "queue",
+        "result", "run_anyway", "run_at", "seq", "state", "trace", "waiting", "worker_id",
     )
 
     def __init__(
@@ -89,6 +94,9 @@ class _Row:
         self.errors: list[JobError] = []
         self.progress: Progress | None = None
         self.trace = new.trace_context  # the door's own dict, never handed out (copied in job())
+        self.parents: tuple[int, ...] = ()  # rules D: the jobs this one depends on
+        self.run_anyway = False  # on_parent_failure="run"
+        self.waiting = False  # suspended until its parents are done (D01), not parked
 
     def job(self, *, duplicate: bool = False, started: datetime | None = None) -> Job:
         """The row as a record; with ``started``, as a held attempt will stand once started
@@ -148,7 +156,7 @@ class MemoryJobs:
         clock: Source of "now"; the store's clock for every decision (F01).
     """
 
-    capabilities = frozenset({"notify", "finish_notify", "ack_landed_only", "deferred_start"})
+    capabilities = frozenset({"notify", "finish_notify", "ack_landed_only", "deferred_start", "dependencies"})
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -161,6 +169,9 @@ class MemoryJobs:
         self._leases: dict[str, list[tuple[datetime, int, int]]] = {}
         self._subscribers: list[tuple[frozenset[str], Callable[[str], None]]] = []
         self._watchers: dict[int, list[Callable[[], None]]] = {}
+        self._children: dict[int, list[int]] = {}  # parent seq -> its children's seqs (rules D)
+        self._settling: list[tuple[int, str | None]] | None = None  # parents whose children are being settled
+        self._released: set[str] = set()  # queues a parent's end made a child due in, to wake
 
     # -- internals (call with the lock held) -------------------------------------------
 
@@ -198,10 +209,122 @@ class MemoryJobs:
         row.finished_at = now
         row.lease_expires_at = None
         row.worker_id = None
+        row.waiting = False
         if row.key is not None and self._live_keys.get((row.name, row.key)) == row.seq:
             del self._live_keys[(row.name, row.key)]
         for wake in self._watchers.get(row.seq, ()):  # waiters on this job (A02); each call is quick
             wake()
+        if self._children and row.seq in self._children:  # a parent (rules D): settle its waiting children
+            self._settle_children(row.seq, now, None)
+
+    # -- dependencies (rules D), lock held -------------------------------------------------
+
+    def _verdict(self, child: _Row) -> tuple[int, str] | bool:
+        """What a waiting child's parents call for: ``(parent, state)`` to cancel it for
+        (D02), ``True`` to make it due (D01), ``False`` to keep it waiting. A parent no
+        longer stored was removed once finished (removing an unfinished one settles its
+        children first), so it counts as done."""
+        live = False
+        for seq in child.parents:
+            parent = self._rows.get(seq)
+            if parent is None or parent.state is DONE:
+                continue
+            if parent.state in _ENDED_OTHERWISE:
+                if not child.run_anyway:
+                    return seq, parent.state.value
+            else:
+                live = True
+        return not live
+
+    def _settle_children(self, parent: int, now: datetime, removed: str | None) -> None:
+        """Release or cancel the waiting children of ``parent``, which just finished or (with
+        ``removed``, its state then) was removed; cancellations cascade to their own children,
+        iteratively (a chain of any length)."""
+        if self._settling is not None:  # called from a cancellation below: queue it
+            self._settling.append((parent, removed))
+            return
+        self._settling = [(parent, removed)]
+        try:
+            while self._settling:
+                seq, gone = self._settling.pop()
+                for child_seq in self._children.get(seq, ()):
+                    child = self._rows.get(child_seq)
+                    if child is None or not child.waiting:
+                        continue
+                    verdict: tuple[int, str] | bool
+                    if gone is not None and gone not in _FINISHED_NAMES and not child.run_anyway:
+                        verdict = (seq, "removed")  # removed before it finished (D05)
+                    else:
+                        verdict = self._verdict(child)
+                    if verdict is True:
+                        child.waiting = False
+                        child.state = READY if child.run_at <= now else SCHEDULED
+                        self._schedule(child, now)
+                        if child.state is READY:
+                            self._released.add(child.queue)
+                    elif verdict is not False:
+                        self._error(child, CANCELLED_ENTRY, parent_ended_text(str(verdict[0]), verdict[1]), now)
+                        self._finish(child, CANCELLED, now)  # queues its own children
+                if gone is not None:
+                    self._children.pop(seq, None)
+        finally:
+            self._settling = None
+
+    def _forget_parent(self, row: _Row, now: datetime) -> None:
+        """``row`` (a parent) was just removed: settle its waiting children (D05)."""
+        if self._children and row.seq in self._children:
+            self._settle_children(row.seq, now, row.state.value)
+
+    def _wake_released(self) -> None:
+        """Wake the queues children were made due in (call without the lock held)."""
+        if self._released:
+            with self._lock:
+                queues, self._released = self._released, set()
+            self._wake(queues)
+
+    def relatives(self, seq: int) -> tuple[list[Job], list[Job]] | None:
+        """Job ``seq``'s stored parents and children, oldest first; ``None`` when it is unknown."""
+        with self._lock:
+            row = self._rows.get(seq)
+            if row is None:
+                return None
+            parents = [self._rows[p].job() for p in sorted(row.parents) if p in self._rows]
+            kids = [self._rows[c].job() for c in sorted(self._children.get(seq, ())) if c in self._rows]
+            return parents, kids
+
+    def insert_linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None], connection: Any
+    ) -> list[Job]:
+        """:meth:`insert` with parents (rules D): every parent checked before anything is written (D04)."""
+        with self._lock:
+            now = self._now()
+            for index, link in enumerate(links):
+                for job_id in () if link is None else link.ids:
+                    seq = _seq_of(job_id)
+                    parent = None if seq is None else self._rows.get(seq)
+                    if parent is None:
+                        where = f"spec {index} " if len(jobs) > 1 else ""
+                        raise DependencyNotFound(f"{where}depends on job {job_id!s:.60}, which the store does not hold")
+                    if parent.state in _ENDED_OTHERWISE and not link.run_anyway:  # type: ignore[union-attr]
+                        raise DependencyInvalid(
+                            f"job {job_id!s:.60} already ended {parent.state.value}: it will never be done",
+                            'requeue the parent first, or pass on_parent_failure="run"',
+                        )
+            rows: list[tuple[_Row, bool]] = []
+            for new, link in zip(jobs, links, strict=True):
+                row, duplicate = self._insert(new, now)
+                rows.append((row, duplicate))
+                if duplicate or link is None:
+                    continue
+                parents = [int(job_id) for job_id in link.ids] + [rows[i][0].seq for i in link.earlier]
+                row.parents, row.run_anyway = tuple(dict.fromkeys(p for p in parents if p != row.seq)), link.run_anyway
+                for seq in row.parents:
+                    self._children.setdefault(seq, []).append(row.seq)
+                if self._verdict(row) is False:
+                    row.state, row.waiting = SUSPENDED, True
+            answers = [row.job(duplicate=dup) for row, dup in rows]
+        self._wake({j.queue for j in answers if j.state is READY and not j.duplicate})
+        return answers
 
     def _error(self, row: _Row, type_name: str, message: str, now: datetime) -> None:
         row.errors.append(JobError(type=type_name, message=message, at=now, attempt=row.attempt))
@@ -394,6 +517,7 @@ class MemoryJobs:
                 row.result = text
                 self._finish(row, DONE, now)
                 answers.append(True if landed_only else row.job())
+        self._wake_released()
         return answers
 
     def nack(
@@ -424,6 +548,7 @@ class MemoryJobs:
             job = row.job()
         if job.state is SCHEDULED and job.run_at <= now:
             self._wake((job.queue,))
+        self._wake_released()
         return job
 
     def subscribe(self, queues: frozenset[str], callback: Callable[[str], None]) -> _Subscription:

@@ -17,6 +17,10 @@ A job is one document in ``<prefix>jobs``::
     progress       {value (double or null), message (str or null), at (BSON date)}: the
                    running or last attempt's progress (rules G); absent when none
     settle_mark    set by a batched ack_many: which item of which batch settled it
+    parents        rules D: the ``_id`` values of the jobs this one depends on; absent without
+    run_anyway     true when ``on_parent_failure="run"``; absent otherwise
+    waiting        true while suspended until its parents are done; absent otherwise
+    has_children   true once some job depends on this one; absent otherwise
 
 Payloads and results are stored as JSON text, never as BSON documents, so keys that
 begin with ``$`` or hold a ``.``, integers beyond int64, and every other value
@@ -44,6 +48,7 @@ __all__ = [
     "INDEXES",
     "LEASE_INDEX",
     "SCHEMA_VERSION",
+    "WAITING_INDEX",
     "append_error",
     "due_query",
     "errors_appended",
@@ -55,14 +60,15 @@ __all__ = [
     "waiting_key",
 ]
 
-SCHEMA_VERSION = 1
-"""Bumped whenever the document shape or the index set changes."""
+SCHEMA_VERSION = 2
+"""Bumped whenever the document shape or the index set changes (2: rules D's indexes)."""
 
 COMPATIBLE_FROM = 1
 """The oldest schema whose code runs against a store at :data:`SCHEMA_VERSION` (recorded
 next to it; a change that only adds says ``SCHEMA_VERSION - 1``: docs/deploy.md, "Upgrades")."""
 
 CLAIM_INDEX = "jc_claim"
+WAITING_INDEX = "jc_waiting"
 LEASE_INDEX = "jc_lease"
 CLAIM_ORDER = [("priority", DESCENDING), ("run_at", ASCENDING), ("_id", ASCENDING)]
 """C02: higher priority first, then earlier run_at, then enqueue order."""
@@ -84,6 +90,11 @@ INDEXES = [
     IndexModel([("queue", ASCENDING), ("_id", DESCENDING)], name="jc_list_queue"),
     # O08 dead letters (and retention by finished_at), most recently finished first.
     IndexModel([("state", ASCENDING), ("finished_at", DESCENDING), ("_id", DESCENDING)], name="jc_finished"),
+    # D01/D02/D05: a parent's children (multikey over ``parents``), only jobs that have parents.
+    IndexModel([("parents", ASCENDING)], name="jc_parents", partialFilterExpression={"parents": {"$exists": True}}),
+    # D: the children still waiting, which rescue re-checks (a crash between a parent's settle
+    # and its children's step); only those documents are in it.
+    IndexModel([("waiting", ASCENDING)], name=WAITING_INDEX, partialFilterExpression={"waiting": {"$exists": True}}),
 ]
 
 _MAX_ID = 2**63 - 1

@@ -112,6 +112,7 @@ class MongoIntrospect:
         self._d._ensure()
         now = self._d._now()
         buried = self._d._bury(None, frozenset(), now)
+        self._d._family.sweep(now)  # rules D: children a crash left waiting on parents that ended
         # update_many re-evaluates the filter on each document as it writes it, so a job
         # heartbeated or reclaimed meanwhile is left alone, and a second sweep finds nothing.
         # A held job (F04) lost no attempt: it goes back as it was, nothing recorded.
@@ -131,11 +132,18 @@ class MongoIntrospect:
 
     @translated
     def cancel(self, seq: int, states: frozenset[JobState], message: str) -> Job | None:
+        now = self._d._now()
         doc = self._jobs.find_one_and_update(
-            {"_id": seq, "state": d.states_in(states)}, self._cancel_update(message, self._d._now()),
+            {"_id": seq, "state": d.states_in(states)}, self._cancel_update(message, now),
             return_document=ReturnDocument.AFTER,
         )
+        if doc is not None:
+            self._d._family.ended([doc], now)
         return None if doc is None else d.to_job(doc)
+
+    def relatives(self, seq: int) -> tuple[list[Job], list[Job]] | None:
+        """Job ``seq``'s parents and children (rules D)."""
+        return self._d._family.relatives(seq)
 
     def _found(self, seq: int) -> Refused | None:
         doc = self._jobs.find_one({"_id": seq}, {"state": 1})
@@ -168,6 +176,8 @@ class MongoIntrospect:
     @translated
     def remove(self, seq: int, states: frozenset[JobState]) -> Job | Refused | None:
         doc = self._jobs.find_one_and_delete({"_id": seq, "state": d.states_in(states)})
+        if doc is not None and doc.get("has_children"):
+            self._d._family.removed([doc], self._d._now())
         return d.to_job(doc) if doc is not None else self._found(seq)
 
     @translated
@@ -191,9 +201,13 @@ class MongoIntrospect:
     @translated
     def cancel_many(self, flt: JobFilter, limit: int, message: str) -> BulkResult:
         query = _query(flt)
-        update = self._cancel_update(message, self._d._now())
+        now = self._d._now()
+        update = self._cancel_update(message, now)
         ids = self._pick(query, limit)
         moved = self._jobs.update_many(_and(query, {"_id": {"$in": ids}}), update) if ids else None
+        if moved is not None and moved.modified_count:  # rules D: the children of the parents cancelled
+            ended = {"_id": {"$in": ids}, "has_children": True, "state": JobState.CANCELLED.value}
+            self._d._family.ended(self._jobs.find(ended, {"state": 1, "has_children": 1}).to_list(), now)
         return BulkResult(
             affected=moved.modified_count if moved else 0, remaining=self._jobs.count_documents(query),
         )
@@ -202,7 +216,13 @@ class MongoIntrospect:
     def remove_many(self, flt: JobFilter, limit: int) -> BulkResult:
         query = _query(flt)
         ids = self._pick(query, limit)
+        shape = {"state": 1, "has_children": 1}
+        parents = self._jobs.find({"_id": {"$in": ids}, "has_children": True}, shape).to_list() if ids else []
         gone = self._jobs.delete_many(_and(query, {"_id": {"$in": ids}})) if ids else None
+        if parents:  # rules D: settle the children of the parents removed (a row that moved away stays)
+            stayed = self._jobs.find({"_id": {"$in": [p["_id"] for p in parents]}}, {"_id": 1}).to_list()
+            left = {doc["_id"] for doc in stayed}
+            self._d._family.removed([p for p in parents if p["_id"] not in left], self._d._now())
         return BulkResult(affected=gone.deleted_count if gone else 0, remaining=self._jobs.count_documents(query))
 
     @translated

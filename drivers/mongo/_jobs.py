@@ -22,12 +22,13 @@ from pymongo.client_session import ClientSession
 
 from jobcore import validate as v
 from jobcore.clock import Clock, to_millis
-from jobcore.errors import NotSupported
+from jobcore.errors import DependencyInvalid, DependencyNotFound, NotSupported
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_FINAL, LEASE_LAPSED_FINAL_TEMPLATE
 
 from . import _docs as d
 from ._errors import translated
+from ._family import ENDED_OTHERWISE, Family
 from ._watch import Hub, Silent, Subscription
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ __all__ = ["MongoJobs"]
 Doc = dict[str, Any]
 RUNNING, SCHEDULED = JobState.RUNNING.value, JobState.SCHEDULED.value
 SUSPENDED, FAILED, DEAD = JobState.SUSPENDED.value, JobState.FAILED.value, JobState.DEAD.value
+_SETTLED: Doc = {"state": 1, "has_children": 1}
+"""What a settle that reads no job back still reads: whether it ended a parent (rules D)."""
 
 
 class MongoJobs:
@@ -49,6 +52,7 @@ class MongoJobs:
         self._d = driver
         self._jobs = driver._jobs
         self._bounds = driver._bounds  # the call bound ``translated`` applies
+        self.family = Family(driver, driver._jobs)
 
     @property
     def clock(self) -> Clock:
@@ -84,8 +88,15 @@ class MongoJobs:
         query = {"$or": [{"name": n, "live_key": k} for n, k in sorted(idents)]}
         return {(doc["name"], doc["live_key"]): doc for doc in self._jobs.find(query, session=session)}
 
-    def _store(self, news: Sequence[v.NewJob], now: datetime, session: ClientSession | None) -> list[Job]:
-        """Insert what no live holder's key blocks; answer holders as duplicates (E02, E05)."""
+    def _store(
+        self, news: Sequence[v.NewJob], now: datetime, session: ClientSession | None,
+        decorate: Callable[[list[int], list[tuple[int, Doc]]], None] | None = None,
+    ) -> list[Job]:
+        """Insert what no live holder's key blocks; answer holders as duplicates (E02, E05).
+
+        ``decorate(ids, fresh)`` (rules D) may change the documents about to be inserted,
+        given every item's ``_id`` (its own, or its key holder's) and ``(item, document)``
+        of the fresh ones."""
         self._d._ensure()
         holders = self._holders({(n.name, n.key) for n in news if n.key is not None}, session)
         answers: list[Job | None] = [None] * len(news)
@@ -106,6 +117,16 @@ class MongoJobs:
         if fresh:
             first = self._d._next_seqs(len(fresh))
             docs = [d.new_document(first + n, news[i], now) for n, i in enumerate(fresh)]
+            if decorate is not None:
+                ids = [0] * len(news)
+                for index, job in enumerate(answers):
+                    if job is not None:
+                        ids[index] = int(job.id)
+                for i, doc in zip(fresh, docs, strict=True):
+                    ids[i] = doc["_id"]
+                for index, earlier in repeats:
+                    ids[index] = ids[earlier]
+                decorate(ids, list(zip(fresh, docs, strict=True)))
             for i, doc in zip(fresh, docs, strict=True):
                 answers[i] = d.to_job(doc)
             for position in self._insert(docs, session):
@@ -148,6 +169,90 @@ class MongoJobs:
                 continue
         raise pe.OperationFailure(f"key {doc['live_key']!r} kept changing hands during enqueue")
 
+    @translated
+    def insert_linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None], connection: ClientSession | None,
+    ) -> list[Job]:
+        """Insert jobs some of which have parents (rules D): parents read and checked before
+        anything is written (D04); the batch stored waiting children included, in one insert
+        (D03); its parents marked; every waiting child re-checked once stored, so a parent
+        that ended meanwhile is never missed (D01)."""
+        session = connection
+        self._d._ensure()
+        stored: dict[str, int] = {}
+        for link in links:
+            for job_id in () if link is None else link.ids:
+                ident = d.parse_id(job_id)
+                if ident is None:
+                    raise DependencyNotFound(f"depends on job {job_id!s:.60}, which the store does not hold")
+                stored[job_id] = ident
+        states = self.family.states(sorted(set(stored.values())), session)
+        for link in links:
+            for job_id in () if link is None else link.ids:
+                state = states.get(stored[job_id])
+                if state is None:
+                    raise DependencyNotFound(f"depends on job {job_id!s:.60}, which the store does not hold")
+                if state in ENDED_OTHERWISE and not link.run_anyway:  # type: ignore[union-attr]
+                    raise DependencyInvalid(
+                        f"job {job_id!s:.60} already ended {state}: it will never be done",
+                        'requeue the parent first, or pass on_parent_failure="run"',
+                    )
+        self.family.mark(sorted(set(stored.values())), session)
+        waiting: list[int] = []
+        holders: set[int] = set()
+        linked: list[int] = []  # each item's _id as the children were linked to it
+
+        def decorate(ids: list[int], fresh: list[tuple[int, Doc]]) -> None:
+            linked.extend(ids)
+            batch_parents = {ids[e] for link in links if link is not None for e in link.earlier}
+            for index, doc in fresh:
+                if doc["_id"] in batch_parents:
+                    doc["has_children"] = True
+                link = links[index]
+                if link is None:
+                    continue
+                parents = [p for p in dict.fromkeys(
+                    [stored[i] for i in link.ids] + [ids[e] for e in link.earlier]) if p != doc["_id"]]
+                doc["parents"] = parents
+                if link.run_anyway:
+                    doc["run_anyway"] = True
+                in_batch = {ids[e] for e in link.earlier}
+                if any(p in in_batch or states[p] not in (JobState.DONE.value, *ENDED_OTHERWISE)
+                       or (states[p] in ENDED_OTHERWISE and not link.run_anyway) for p in parents):
+                    doc["state"], doc["waiting"] = SUSPENDED, True
+                    waiting.append(doc["_id"])
+            fresh_ids = {doc["_id"] for _, doc in fresh}
+            holders.update(p for p in batch_parents if p not in fresh_ids)
+
+        now = self._d._now()
+        news = []
+        for job in jobs:
+            run_at, state = job.due(now)
+            news.append(v.NewJob(
+                name=job.name, queue=job.queue, payload=job.payload, priority=job.priority, run_at=run_at,
+                max_attempts=job.max_attempts, key=job.key, state=state,
+            ))
+        answers = self._store(news, now, session, decorate)
+        # An in-batch parent whose key a concurrent enqueue took at the same instant was
+        # answered by that key's holder, not stored: point its children at the holder.
+        for index in sorted({e for link in links if link is not None for e in link.earlier}):
+            if linked and int(answers[index].id) != linked[index]:
+                holder = int(answers[index].id)
+                self._jobs.update_many(
+                    {"parents": linked[index]}, {"$set": {"parents.$": holder}}, session=session,
+                )
+                holders.add(holder)
+        self.family.mark(sorted(holders), session)
+        if waiting and session is None:  # in the caller's transaction, nothing else sees the children yet
+            self.family.recheck(waiting, now)
+            current = {doc["_id"]: doc["state"] for doc in self._jobs.find({"_id": {"$in": waiting}}, {"state": 1})}
+            answers = [
+                attrs.evolve(job, state=JobState(current[int(job.id)]))
+                if not job.duplicate and int(job.id) in current else job
+                for job in answers
+            ]
+        return answers
+
     # -- claim -----------------------------------------------------------------------------
 
     @translated
@@ -176,6 +281,8 @@ class MongoJobs:
                 claimed.append(_claimed(doc, now))
             else:
                 buried.append(d.to_job(doc))
+                if doc.get("has_children"):
+                    self.family.ended([doc], now)
         if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
             buried += self._bury(names, drop, now)
         due, take = d.due_query(names, now), _take_stages(worker, now, expires, begin)
@@ -200,6 +307,8 @@ class MongoJobs:
             if doc is None:
                 return buried
             buried.append(d.to_job(doc))
+            if doc.get("has_children"):
+                self.family.ended([doc], now)
 
     # -- start, heartbeat and settle ------------------------------------------------------
 
@@ -261,12 +370,18 @@ class MongoJobs:
         if len(items) == 1:
             token, text = items[0]
             fence = _fence(token)
-            if landed_only:
-                found = fence is not None and (self._jobs.update_one(fence, _ack_stages(text, now))).matched_count
-                return [found == 1]
+            if landed_only:  # the job is not read back: only what settling its children needs (D01)
+                doc = None if fence is None else self._jobs.find_one_and_update(
+                    fence, _ack_stages(text, now), _SETTLED, return_document=ReturnDocument.AFTER,
+                )
+                if doc is not None and doc.get("has_children"):
+                    self.family.ended([doc], now)
+                return [doc is not None]
             doc = None if fence is None else self._jobs.find_one_and_update(
                 fence, _ack_stages(text, now), return_document=ReturnDocument.AFTER
             )
+            if doc is not None and doc.get("has_children"):
+                self.family.ended([doc], now)
             return [None if doc is None else d.to_job(doc)]
         # A batch: one bulk write, each update fenced on its own token and stamped with its
         # own mark, then one read of the marks tells which landed (two round trips in all).
@@ -287,8 +402,9 @@ class MongoJobs:
         if ops:
             self._jobs.bulk_write(ops, ordered=False)
             wanted = [m for m in marks if m is not None]
-            shape = {"settle_mark": 1} if landed_only else None  # landed_only: the marks alone, no job
+            shape = {"settle_mark": 1, **_SETTLED} if landed_only else None  # landed_only: the marks alone, no job
             landed = {doc["settle_mark"]: doc for doc in self._jobs.find({"settle_mark": {"$in": wanted}}, shape)}
+            self.family.ended(landed.values(), now)
         if landed_only:
             return [m is not None and m in landed for m in marks]
         return [None if m is None or m not in landed else d.to_job(landed[m]) for m in marks]
@@ -324,6 +440,8 @@ class MongoJobs:
                 {"$unset": ["lease_expires_at", "worker_id"]},
             ]
         doc = self._jobs.find_one_and_update(fence, stages, return_document=ReturnDocument.AFTER)
+        if doc is not None and doc.get("has_children") and doc["state"] in ENDED_OTHERWISE:
+            self.family.ended([doc], now)
         return None if doc is None else d.to_job(doc)
 
     # -- wake-ups, lifecycle ----------------------------------------------------------------

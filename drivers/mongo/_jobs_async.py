@@ -23,12 +23,13 @@ from pymongo.asynchronous.client_session import (  # sync: from pymongo.client_s
 
 from jobcore import validate as v
 from jobcore.clock import Clock, to_millis
-from jobcore.errors import NotSupported
+from jobcore.errors import DependencyInvalid, DependencyNotFound, NotSupported
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 from jobcore.vocabulary import LEASE_EXPIRED, LEASE_EXPIRED_TEXT, LEASE_LAPSED_FINAL, LEASE_LAPSED_FINAL_TEMPLATE
 
 from . import _docs as d
 from ._errors import translated_async
+from ._family_async import ENDED_OTHERWISE, AsyncFamily
 from ._unblocking import AsyncHub, AsyncSubscription, Silent  # sync: from ._watch import Hub, Silent, Subscription
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ __all__ = ["AsyncMongoJobs"]
 Doc = dict[str, Any]
 RUNNING, SCHEDULED = JobState.RUNNING.value, JobState.SCHEDULED.value
 SUSPENDED, FAILED, DEAD = JobState.SUSPENDED.value, JobState.FAILED.value, JobState.DEAD.value
+_SETTLED: Doc = {"state": 1, "has_children": 1}
+"""What a settle that reads no job back still reads: whether it ended a parent (rules D)."""
 
 
 class AsyncMongoJobs:
@@ -50,6 +53,7 @@ class AsyncMongoJobs:
         self._d = driver
         self._jobs = driver._jobs
         self._bounds = driver._bounds  # the call bound ``translated`` applies
+        self.family = AsyncFamily(driver, driver._jobs)
 
     @property
     def clock(self) -> Clock:
@@ -85,8 +89,15 @@ class AsyncMongoJobs:
         query = {"$or": [{"name": n, "live_key": k} for n, k in sorted(idents)]}
         return {(doc["name"], doc["live_key"]): doc async for doc in self._jobs.find(query, session=session)}
 
-    async def _store(self, news: Sequence[v.NewJob], now: datetime, session: AsyncClientSession | None) -> list[Job]:
-        """Insert what no live holder's key blocks; answer holders as duplicates (E02, E05)."""
+    async def _store(
+        self, news: Sequence[v.NewJob], now: datetime, session: AsyncClientSession | None,
+        decorate: Callable[[list[int], list[tuple[int, Doc]]], None] | None = None,
+    ) -> list[Job]:
+        """Insert what no live holder's key blocks; answer holders as duplicates (E02, E05).
+
+        ``decorate(ids, fresh)`` (rules D) may change the documents about to be inserted,
+        given every item's ``_id`` (its own, or its key holder's) and ``(item, document)``
+        of the fresh ones."""
         await self._d._ensure()
         holders = await self._holders({(n.name, n.key) for n in news if n.key is not None}, session)
         answers: list[Job | None] = [None] * len(news)
@@ -107,6 +118,16 @@ class AsyncMongoJobs:
         if fresh:
             first = await self._d._next_seqs(len(fresh))
             docs = [d.new_document(first + n, news[i], now) for n, i in enumerate(fresh)]
+            if decorate is not None:
+                ids = [0] * len(news)
+                for index, job in enumerate(answers):
+                    if job is not None:
+                        ids[index] = int(job.id)
+                for i, doc in zip(fresh, docs, strict=True):
+                    ids[i] = doc["_id"]
+                for index, earlier in repeats:
+                    ids[index] = ids[earlier]
+                decorate(ids, list(zip(fresh, docs, strict=True)))
             for i, doc in zip(fresh, docs, strict=True):
                 answers[i] = d.to_job(doc)
             for position in await self._insert(docs, session):
@@ -149,6 +170,90 @@ class AsyncMongoJobs:
                 continue
         raise pe.OperationFailure(f"key {doc['live_key']!r} kept changing hands during enqueue")
 
+    @translated_async
+    async def insert_linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None], connection: AsyncClientSession | None,
+    ) -> list[Job]:
+        """Insert jobs some of which have parents (rules D): parents read and checked before
+        anything is written (D04); the batch stored waiting children included, in one insert
+        (D03); its parents marked; every waiting child re-checked once stored, so a parent
+        that ended meanwhile is never missed (D01)."""
+        session = connection
+        await self._d._ensure()
+        stored: dict[str, int] = {}
+        for link in links:
+            for job_id in () if link is None else link.ids:
+                ident = d.parse_id(job_id)
+                if ident is None:
+                    raise DependencyNotFound(f"depends on job {job_id!s:.60}, which the store does not hold")
+                stored[job_id] = ident
+        states = await self.family.states(sorted(set(stored.values())), session)
+        for link in links:
+            for job_id in () if link is None else link.ids:
+                state = states.get(stored[job_id])
+                if state is None:
+                    raise DependencyNotFound(f"depends on job {job_id!s:.60}, which the store does not hold")
+                if state in ENDED_OTHERWISE and not link.run_anyway:  # type: ignore[union-attr]
+                    raise DependencyInvalid(
+                        f"job {job_id!s:.60} already ended {state}: it will never be done",
+                        'requeue the parent first, or pass on_parent_failure="run"',
+                    )
+        await self.family.mark(sorted(set(stored.values())), session)
+        waiting: list[int] = []
+        holders: set[int] = set()
+        linked: list[int] = []  # each item's _id as the children were linked to it
+
+        def decorate(ids: list[int], fresh: list[tuple[int, Doc]]) -> None:
+            linked.extend(ids)
+            batch_parents = {ids[e] for link in links if link is not None for e in link.earlier}
+            for index, doc in fresh:
+                if doc["_id"] in batch_parents:
+                    doc["has_children"] = True
+                link = links[index]
+                if link is None:
+                    continue
+                parents = [p for p in dict.fromkeys(
+                    [stored[i] for i in link.ids] + [ids[e] for e in link.earlier]) if p != doc["_id"]]
+                doc["parents"] = parents
+                if link.run_anyway:
+                    doc["run_anyway"] = True
+                in_batch = {ids[e] for e in link.earlier}
+                if any(p in in_batch or states[p] not in (JobState.DONE.value, *ENDED_OTHERWISE)
+                       or (states[p] in ENDED_OTHERWISE and not link.run_anyway) for p in parents):
+                    doc["state"], doc["waiting"] = SUSPENDED, True
+                    waiting.append(doc["_id"])
+            fresh_ids = {doc["_id"] for _, doc in fresh}
+            holders.update(p for p in batch_parents if p not in fresh_ids)
+
+        now = await self._d._now()
+        news = []
+        for job in jobs:
+            run_at, state = job.due(now)
+            news.append(v.NewJob(
+                name=job.name, queue=job.queue, payload=job.payload, priority=job.priority, run_at=run_at,
+                max_attempts=job.max_attempts, key=job.key, state=state,
+            ))
+        answers = await self._store(news, now, session, decorate)
+        # An in-batch parent whose key a concurrent enqueue took at the same instant was
+        # answered by that key's holder, not stored: point its children at the holder.
+        for index in sorted({e for link in links if link is not None for e in link.earlier}):
+            if linked and int(answers[index].id) != linked[index]:
+                holder = int(answers[index].id)
+                await self._jobs.update_many(
+                    {"parents": linked[index]}, {"$set": {"parents.$": holder}}, session=session,
+                )
+                holders.add(holder)
+        await self.family.mark(sorted(holders), session)
+        if waiting and session is None:  # in the caller's transaction, nothing else sees the children yet
+            await self.family.recheck(waiting, now)
+            current = {doc["_id"]: doc["state"] async for doc in self._jobs.find({"_id": {"$in": waiting}}, {"state": 1})}
+            answers = [
+                attrs.evolve(job, state=JobState(current[int(job.id)]))
+                if not job.duplicate and int(job.id) in current else job
+                for job in answers
+            ]
+        return answers
+
     # -- claim -----------------------------------------------------------------------------
 
     @translated_async
@@ -177,6 +282,8 @@ class AsyncMongoJobs:
                 claimed.append(_claimed(doc, now))
             else:
                 buried.append(d.to_job(doc))
+                if doc.get("has_children"):
+                    await self.family.ended([doc], now)
         if len(claimed) == size:  # full: bury what is left on its final attempt, reclaim nothing more
             buried += await self._bury(names, drop, now)
         due, take = d.due_query(names, now), _take_stages(worker, now, expires, begin)
@@ -201,6 +308,8 @@ class AsyncMongoJobs:
             if doc is None:
                 return buried
             buried.append(d.to_job(doc))
+            if doc.get("has_children"):
+                await self.family.ended([doc], now)
 
     # -- start, heartbeat and settle ------------------------------------------------------
 
@@ -262,12 +371,18 @@ class AsyncMongoJobs:
         if len(items) == 1:
             token, text = items[0]
             fence = _fence(token)
-            if landed_only:
-                found = fence is not None and (await self._jobs.update_one(fence, _ack_stages(text, now))).matched_count
-                return [found == 1]
+            if landed_only:  # the job is not read back: only what settling its children needs (D01)
+                doc = None if fence is None else await self._jobs.find_one_and_update(
+                    fence, _ack_stages(text, now), _SETTLED, return_document=ReturnDocument.AFTER,
+                )
+                if doc is not None and doc.get("has_children"):
+                    await self.family.ended([doc], now)
+                return [doc is not None]
             doc = None if fence is None else await self._jobs.find_one_and_update(
                 fence, _ack_stages(text, now), return_document=ReturnDocument.AFTER
             )
+            if doc is not None and doc.get("has_children"):
+                await self.family.ended([doc], now)
             return [None if doc is None else d.to_job(doc)]
         # A batch: one bulk write, each update fenced on its own token and stamped with its
         # own mark, then one read of the marks tells which landed (two round trips in all).
@@ -288,8 +403,9 @@ class AsyncMongoJobs:
         if ops:
             await self._jobs.bulk_write(ops, ordered=False)
             wanted = [m for m in marks if m is not None]
-            shape = {"settle_mark": 1} if landed_only else None  # landed_only: the marks alone, no job
+            shape = {"settle_mark": 1, **_SETTLED} if landed_only else None  # landed_only: the marks alone, no job
             landed = {doc["settle_mark"]: doc async for doc in self._jobs.find({"settle_mark": {"$in": wanted}}, shape)}
+            await self.family.ended(landed.values(), now)
         if landed_only:
             return [m is not None and m in landed for m in marks]
         return [None if m is None or m not in landed else d.to_job(landed[m]) for m in marks]
@@ -325,6 +441,8 @@ class AsyncMongoJobs:
                 {"$unset": ["lease_expires_at", "worker_id"]},
             ]
         doc = await self._jobs.find_one_and_update(fence, stages, return_document=ReturnDocument.AFTER)
+        if doc is not None and doc.get("has_children") and doc["state"] in ENDED_OTHERWISE:
+            await self.family.ended([doc], now)
         return None if doc is None else d.to_job(doc)
 
     # -- wake-ups, lifecycle ----------------------------------------------------------------

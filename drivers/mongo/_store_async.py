@@ -129,6 +129,7 @@ class AsyncMongoStore(AsyncFrontDoor):
         jobs = AsyncMongoJobs(self)
         super().__init__(jobs, default_max_attempts=default_max_attempts)
         self._bury = jobs._bury  # the introspector's rescue buries as a claim does
+        self._family = jobs.family  # rules D: the introspector's verbs settle children as settles do
         self.leases = AsyncLeasesDoor(AsyncMongoLeases(self, db[f"{collection_prefix}leases"]))
         self.introspect = AsyncIntrospectDoor(AsyncMongoIntrospect(self, self._jobs))
         self.schedules = AsyncSchedulesDoor(
@@ -370,19 +371,20 @@ class AsyncMongoStore(AsyncFrontDoor):
     async def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None, session: AsyncClientSession | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel", session: AsyncClientSession | None = None,
     ) -> Job:
         """See :meth:`jobcore.driver.JobDriver.enqueue`; ``session`` joins the caller's transaction."""
         if session is None:
             return await super().enqueue(
                 name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                max_attempts=max_attempts, key=key,
+                max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
             )
         if isinstance(session, AsyncClientSession) and session.in_transaction:  # sync: drop
             await self._server_capabilities()  # sync: drop
         return await self._enqueue_in(
             session, "session", name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key,
+            max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
         )
 
     async def enqueue_many(self, specs: Iterable[Any], *, session: AsyncClientSession | None = None) -> list[Job]:
@@ -433,7 +435,7 @@ def capabilities_of(hello: Doc) -> frozenset[str]:
         extra.update(("notify", "finish_notify"))
     if (replica and wire >= 7) or (mongos and wire >= 8):
         extra.add("transactional_enqueue")
-    return frozenset({"shared_store", "ack_landed_only", "deferred_start", *extra})
+    return frozenset({"shared_store", "ack_landed_only", "deferred_start", "dependencies", *extra})
 
 
 def _bounded_options(uri: str, call: float, connect: float, pool_max: int = DEFAULT_POOL_MAX) -> dict[str, Any]:

@@ -387,17 +387,18 @@ class PostgresDriver(FrontDoor):
     def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None, connection: psycopg.Connection[Any] | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel", connection: psycopg.Connection[Any] | None = None,
     ) -> Job:
         """Store one job (E01, E02); ``connection=`` joins the caller's transaction."""
         if connection is None:
             return super().enqueue(
                 name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                max_attempts=max_attempts, key=key,
+                max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
             )
         return self._enqueue_in(
             connection, "connection", name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, key=key,
+            max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
         )
 
     def enqueue_many(self, specs: Iterable[Any], *, connection: psycopg.Connection[Any] | None = None) -> list[Job]:

@@ -301,7 +301,8 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     async def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None, connection: psycopg.AsyncConnection[Any] | Any | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None,
+        on_parent_failure: str = "cancel", connection: psycopg.AsyncConnection[Any] | Any | None = None,
     ) -> Job:
         """Store one job (E01, E02); ``connection=`` joins the caller's transaction: a psycopg
         ``AsyncConnection``, or an SQLAlchemy ``AsyncSession``/``AsyncConnection`` on psycopg
@@ -309,11 +310,12 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         if connection is None:
             return await super().enqueue(
                 name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                max_attempts=max_attempts, key=key,
+                max_attempts=max_attempts, key=key, depends_on=depends_on, on_parent_failure=on_parent_failure,
             )
         return await self._enqueue_in(
             await driver_connection(connection), "connection", name, payload, queue=queue, priority=priority,
-            run_at=run_at, delay=delay, max_attempts=max_attempts, key=key,
+            run_at=run_at, delay=delay, max_attempts=max_attempts, key=key, depends_on=depends_on,
+            on_parent_failure=on_parent_failure,
         )
 
     async def enqueue_many(

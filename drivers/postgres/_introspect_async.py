@@ -47,6 +47,13 @@ class AsyncPostgresIntrospect:
         rows = await self._d._fetch(self._d.q.GET, {"id": seq}, retry=True)
         return job_from_row(rows[0]) if rows else None
 
+    async def relatives(self, seq: int) -> tuple[list[Job], list[Job]] | None:
+        """Job ``seq``'s stored parents and children, oldest first (D05); ``None`` when unknown."""
+        rows = await self._d._fetch(self._d.q.RELATIVES, {"id": seq}, retry=True)
+        if not rows or rows[0][0] != 0:
+            return None
+        return [job_from_row(r[1:]) for r in rows if r[0] == 1], [job_from_row(r[1:]) for r in rows if r[0] == 2]
+
     async def list_older(self, flt: JobFilter, limit: int, below: int | None) -> list[Job]:
         params = {**filter_params(flt), "cursor": below, "limit": limit}
         return [job_from_row(r) for r in await self._d._fetch(self._d.q.LIST_OLDER, params, retry=True)]

@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import psycopg
 
 from jobcore import validate as v
-from jobcore.errors import BackendUnavailable, NotSupported, OptionInvalid
+from jobcore.errors import BackendUnavailable, DependencyInvalid, DependencyNotFound, NotSupported, OptionInvalid
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
 from ._anotify import AsyncFinishHub, AsyncListener  # sync: from ._notify import FinishHub, Listener, Waiting
@@ -32,7 +33,10 @@ __all__ = ["AsyncPostgresJobs"]
 Row = tuple[Any, ...]
 _MAX_HOLDER_RETRIES = 5
 _MS = timedelta(milliseconds=1)
-_CAPABILITIES = frozenset({"shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start"})
+_CAPABILITIES = frozenset({
+    "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start", "dependencies",
+})
+_ENDED_OTHERWISE = frozenset({"failed", "dead", "cancelled"})
 
 
 def _token_row(token: ClaimToken) -> tuple[int, str, int] | None:
@@ -187,6 +191,65 @@ class AsyncPostgresJobs:
         raise BackendUnavailable(
             "an idempotency key kept changing hands while enqueueing", "retry the enqueue"
         )
+
+    async def insert_linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None],
+        connection: psycopg.AsyncConnection[Any] | None,
+    ) -> list[Job]:
+        """Insert jobs some of which have parents (rules D), in one transaction (the caller's
+        when given): lock and mark the stored parents, insert, lock and mark the batch's
+        parents, link the children. Refusals roll everything back (D03, D04)."""
+        if connection is not None:
+            return await self._linked(jobs, links, connection)
+        async with self._d._transaction() as conn:
+            return await self._linked(jobs, links, conn)
+
+    async def _linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None], conn: psycopg.AsyncConnection[Any],
+    ) -> list[Job]:
+        d = self._d
+        stored: dict[str, int] = {}  # a parent id as the caller spelled it -> the row's id
+        for link in links:
+            for job_id in () if link is None else link.ids:
+                ident = parse_id(job_id)
+                if ident is None:
+                    raise DependencyNotFound(f"depends on job {job_id!s:.60}, which the store does not hold")
+                stored[job_id] = ident
+        states: dict[int, str] = {}
+        if stored:
+            rows = await d._fetch(d.q.MARK_PARENTS, {"ids": sorted(set(stored.values()))}, conn=conn)
+            states.update((row[0], row[1]) for row in rows)
+        for link in links:
+            for job_id in () if link is None else link.ids:
+                state = states.get(stored[job_id])
+                if state is None:
+                    raise DependencyNotFound(f"depends on job {job_id!s:.60}, which the store does not hold")
+                if state in _ENDED_OTHERWISE and not link.run_anyway:  # type: ignore[union-attr]
+                    raise DependencyInvalid(
+                        f"job {job_id!s:.60} already ended {state}: it will never be done",
+                        'requeue the parent first, or pass on_parent_failure="run"',
+                    )
+        answers = await self.insert(jobs, conn)
+        batch = sorted({int(answers[i].id) for link in links if link is not None for i in link.earlier} - set(states))
+        if batch:
+            rows = await d._fetch(d.q.MARK_PARENTS, {"ids": batch}, conn=conn)
+            states.update((row[0], row[1]) for row in rows)
+        items = []
+        for index, (job, link) in enumerate(zip(answers, links, strict=True)):
+            if link is None or job.duplicate:
+                continue
+            own = int(job.id)
+            named = [stored[i] for i in link.ids] + [int(answers[e].id) for e in link.earlier]
+            parents = [p for p in dict.fromkeys(named) if p != own]
+            wait = any(
+                states[p] != "done" and (states[p] not in _ENDED_OTHERWISE or not link.run_anyway) for p in parents
+            )
+            items.append([own, parents, link.run_anyway, wait])
+            if wait:
+                answers[index] = attrs.evolve(job, state=JobState.SUSPENDED)
+        if items:
+            await d._fetch(d.q.LINK_CHILDREN, {"items": json.dumps(items)}, conn=conn)
+        return answers
 
     # -- claim and settle ----------------------------------------------------------------
 

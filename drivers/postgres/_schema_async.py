@@ -43,13 +43,14 @@ __all__ = ["COMPATIBLE_FROM", "LATEST", "MIGRATIONS", "StoreVersion", "current_v
 
 LATEST: Final = len(MIGRATIONS)
 
-COMPATIBLE_FROM: Final[tuple[int, ...]] = (1, 2, 3, 4, 5, 6, 6, 6, 6)
+COMPATIBLE_FROM: Final[tuple[int, ...]] = (1, 2, 3, 4, 5, 6, 6, 6, 6, 6)
 """Per step, the oldest schema version whose code runs against a store after that step.
 Steps 1-6 predate the record and claim nothing (each needs its own release's code); a
 step that only adds (a nullable or defaulted column, an index, a table) says ``n - 1``.
-Steps 7-9 (the nullable ``progress`` and ``trace`` columns, the defaulted ``waited`` one)
-only add columns version 6 code never names, so each says 6: a rolling deploy from a
-version 6 release to this one keeps the old workers running."""
+Steps 7-10 (the nullable ``progress`` and ``trace`` columns, the defaulted ``waited`` one,
+the dependency columns with their index and trigger) only add what version 6 code never
+names, so each says 6: a rolling deploy from a version 6 release to this one keeps the old
+workers running (the trigger settles a parent's children whichever release ended it)."""
 
 
 class StoreVersion(NamedTuple):

@@ -125,7 +125,12 @@ def _lease_text(job: Job, now: datetime) -> str:
     return f"held by {job.worker_id} (claim {job.claim_no}) until {when(job.lease_expires_at)}, {timing}"
 
 
-def _show_text(job: Job, now: datetime) -> str:
+def _relatives_text(jobs: Sequence[Job]) -> str:
+    """``12 (done), 13 (running)``, or ``-`` for none."""
+    return ", ".join(f"{j.id} ({j.state.value})" for j in jobs) if jobs else "-"
+
+
+def _show_text(job: Job, now: datetime, parents: Sequence[Job] = (), children: Sequence[Job] = ()) -> str:
     fields = [
         ("state", job.state.value),
         ("queue", job.queue),
@@ -141,6 +146,8 @@ def _show_text(job: Job, now: datetime) -> str:
         ("progress", progress_line(job.progress, now)),
         ("payload", _json_text(job.payload)),
         ("result", _json_text(job.result) if job.result is not None else "-"),
+        ("parents", _relatives_text(parents)),
+        ("children", _relatives_text(children)),
     ]
     lines = [f"job {job.id}"]
     lines += [f"  {label:<13}{value}" for label, value in fields]
@@ -225,12 +232,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
     with open_store(args) as driver:
         job = driver.introspect.get(args.id)
         now = driver.clock.now()
+        # rules D: the jobs it waits on and those waiting on it
+        parents = driver.introspect.parents(job.id) if job is not None else []
+        children = driver.introspect.children(job.id) if job is not None else []
     if job is None:
         raise not_found(args.id)
     if args.json:
-        print_json(job_to_dict(job))
+        print_json({**job_to_dict(job), "parents": [j.id for j in parents], "children": [j.id for j in children]})
     else:
-        out(_show_text(job, now))
+        out(_show_text(job, now, parents, children))
     return 0
 
 

@@ -215,6 +215,31 @@ class AsyncIntrospectDoor:
     async def rescue(self) -> RescueResult:
         return await self._backend.rescue()
 
+    # -- dependencies (rules D) ----------------------------------------------------------------
+
+    async def parents(self, job_id: str) -> builtins.list[Job]:
+        """The jobs ``job_id`` waits on (D05), oldest first; a removed parent is left out.
+        ``JC_JOB_NOT_FOUND`` for an unknown id; ``[]`` on a store without ``dependencies``."""
+        return (await self._relatives(job_id))[0]
+
+    async def children(self, job_id: str) -> builtins.list[Job]:
+        """The jobs that depend on ``job_id`` (D05), oldest first; ``JC_JOB_NOT_FOUND`` for an unknown id."""
+        return (await self._relatives(job_id))[1]
+
+    async def _relatives(self, job_id: str) -> tuple[builtins.list[Job], builtins.list[Job]]:
+        seq = job_seq(v.check_id(job_id))
+        reader = getattr(self._backend, "relatives", None)
+        if reader is None:  # a store without the dependencies capability: no job has relatives
+            found = None if seq is None else await self._backend.get(seq)
+            if found is None:
+                raise not_found(job_id)
+            return [], []
+        answer = None if seq is None else await reader(seq)
+        if answer is None:
+            raise not_found(job_id)
+        parents, children = answer
+        return list(parents), list(children)
+
     # -- single-job verbs ------------------------------------------------------------------
 
     async def cancel(self, job_id: str, reason: str | None = None) -> Job | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast, overload, runtime_checkable
 
 from jobcore import _tracing
 from jobcore import validate as v
@@ -40,6 +40,15 @@ _Door = TypeVar("_Door", bound="FrontDoor")
 
 DEFAULT_POLL: Final = 1.0
 """``wait``'s default ``poll``: the longest pause, in seconds, between two reads of the job."""
+
+
+class _LinkedBackend(Protocol):
+    """A backend offering ``dependencies``: see :class:`JobsBackend`."""
+
+    def insert_linked(
+        self, jobs: Sequence[v.StoreTimedJob], links: Sequence[v.Links | None], connection: Any
+    ) -> list[Job]: ...
+
 
 @runtime_checkable
 class JobsBackend(Protocol):
@@ -72,6 +81,20 @@ class JobsBackend(Protocol):
     between its first read and the watch is not missed). It raises
     :class:`~jobcore.errors.NotSupported` when wake-ups cannot be had right now, and
     ``wait`` polls. A backend without ``finish_notify`` need not define it: ``wait`` polls.
+
+    A backend offering the ``dependencies`` capability (rules D) also has
+    ``insert_linked(jobs, links, connection) -> list[Job]`` (async in this flavour), outside
+    the protocol so that a backend without it still is one: :meth:`insert` of jobs some of
+    which have parents. ``links[i]`` is item ``i``'s checked :class:`~jobcore.validate.Links`
+    or ``None``; its ``earlier`` positions name items of the same batch (whatever each
+    answers: the new job, or its key's live holder). All or nothing (D03): a parent id the
+    store does not hold refuses the whole call with :class:`~jobcore.errors.DependencyNotFound`,
+    a parent already ``failed``, ``dead`` or ``cancelled`` (unless ``run_anyway``) with
+    :class:`~jobcore.errors.DependencyInvalid`, and nothing is written. A new job with a
+    parent not yet ``done`` is stored ``suspended``, waiting (D01); it becomes due in the
+    same atomic step that makes its last parent ``done``, and a parent ending otherwise
+    cancels it (D02). A duplicate (E02) keeps the holder's parents. Such a backend's
+    introspection backend answers ``relatives(id) -> (parents, children)``.
     """
 
     @property
@@ -189,36 +212,60 @@ class FrontDoor:
     def enqueue(
         self, name: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
         run_at: datetime | None = None, delay: Duration | None = None, max_attempts: int | None = None,
-        key: str | None = None,
+        key: str | None = None, depends_on: Iterable[str | Job] | None = None, on_parent_failure: str = "cancel",
     ) -> Job:
         """See :meth:`jobcore.driver.JobDriver.enqueue`."""
         new = v.new_job(
             name, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
             max_attempts=max_attempts, key=key, now=None, default_max_attempts=self._default_max_attempts,
         )
-        if _tracing.hook is None:
+        links = None if depends_on is None and on_parent_failure == "cancel" else v.check_links(
+            depends_on, on_parent_failure, None
+        )
+        if links is None and _tracing.hook is None:  # the common case pays two tests
             return (self._backend.insert((new,), None))[0]
-        return (self._traced((new,), None))[0]
+        return (self._enqueue_jobs((new,), None, None if links is None else (links,)))[0]
 
     def enqueue_many(self, specs: Iterable[Any]) -> list[Job]:
         """See :meth:`jobcore.driver.JobDriver.enqueue_many`."""
-        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
+        items = specs if isinstance(specs, list) else _listed(specs)
+        news = v.new_jobs(items, now=None, default_max_attempts=self._default_max_attempts)
         if not news:
             return []
-        if _tracing.hook is None:
+        links = v.batch_links(items)
+        if links is None and _tracing.hook is None:
             return self._backend.insert(news, None)
-        return self._traced(news, None)
+        return self._enqueue_jobs(news, None, links)
 
-    def _traced(self, news: Sequence[v.StoreTimedJob], connection: Any) -> list[Job]:
-        """The insert inside an enqueue span (tracing on: :mod:`jobcore.contrib.otel`); each job
-        carries the span's context to the store, for its attempts to link to."""
+    def _enqueue_jobs(
+        self, news: Sequence[v.StoreTimedJob], connection: Any, links: Sequence[v.Links | None] | None
+    ) -> list[Job]:
+        """The store's insert, with parents (rules D) when ``links`` is given, inside an enqueue
+        span when tracing is on (:mod:`jobcore.contrib.otel`): each job then carries the span's
+        context to the store, for its attempts to link to."""
         hook = _tracing.hook
-        if hook is None:  # turned off meanwhile
-            return self._backend.insert(news, connection)
+        if hook is None:
+            return self._enqueue_rows(news, connection, links)
         with hook.enqueue(news) as span:
-            answers = self._backend.insert(span.jobs, connection)
+            answers = self._enqueue_rows(span.jobs, connection, links)
             span.inserted(answers)
         return answers
+
+    def _enqueue_rows(
+        self, news: Sequence[v.StoreTimedJob], connection: Any, links: Sequence[v.Links | None] | None
+    ) -> list[Job]:
+        if links is None:
+            return self._backend.insert(news, connection)
+        return self._linked_backend().insert_linked(news, links, connection)
+
+    def _linked_backend(self) -> _LinkedBackend:
+        """The backend, refusing ``depends_on`` when it cannot keep rules D (nothing written)."""
+        if "dependencies" not in self.capabilities:
+            raise NotSupported(
+                "this store cannot hold jobs that wait on other jobs (depends_on= was given)",
+                "enqueue without depends_on=, or use a store offering the dependencies capability",
+            )
+        return cast(_LinkedBackend, self._backend)
 
     def _joined(self, connection: object, keyword: str) -> Any:
         """``connection`` checked as a transaction handle the backend takes, or ``None``."""
@@ -242,21 +289,25 @@ class FrontDoor:
         self, connection: object, keyword: str, name: str, payload: Any, **options: Any
     ) -> Job:
         """``enqueue`` joining the caller's transaction (drivers offering ``transactional_enqueue``)."""
+        depends_on, mode = options.pop("depends_on", None), options.pop("on_parent_failure", "cancel")
         new = v.new_job(name, payload, now=None, default_max_attempts=self._default_max_attempts, **options)
+        links = v.check_links(depends_on, mode, None)
         handle = self._joined(connection, keyword)
-        if _tracing.hook is None:
+        if links is None and _tracing.hook is None:
             return (self._backend.insert((new,), handle))[0]
-        return (self._traced((new,), handle))[0]
+        return (self._enqueue_jobs((new,), handle, None if links is None else (links,)))[0]
 
     def _enqueue_many_in(self, connection: object, keyword: str, specs: Iterable[Any]) -> list[Job]:
         """``enqueue_many`` joining the caller's transaction."""
-        news = v.new_jobs(specs, now=None, default_max_attempts=self._default_max_attempts)
+        items = specs if isinstance(specs, list) else _listed(specs)
+        news = v.new_jobs(items, now=None, default_max_attempts=self._default_max_attempts)
         handle = self._joined(connection, keyword)
         if not news:
             return []
-        if _tracing.hook is None:
+        links = v.batch_links(items)
+        if links is None and _tracing.hook is None:
             return self._backend.insert(news, handle)
-        return self._traced(news, handle)
+        return self._enqueue_jobs(news, handle, links)
 
     # -- claim and settle ----------------------------------------------------------------
 
@@ -424,3 +475,11 @@ class FrontDoor:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._backend!r})"
+
+
+def _listed(specs: object) -> Any:
+    """``specs`` as a list when it is an iterable of specs; anything else as given, for
+    :func:`~jobcore.validate.new_jobs` to refuse with its own words."""
+    if isinstance(specs, str | bytes) or not isinstance(specs, Iterable) or hasattr(specs, "keys"):
+        return specs
+    return list(specs)

@@ -299,6 +299,7 @@ class _Dashboard:
             request, "job.html", job=job, verbs=verbs, done=done, lease_left=lease_left,
             lapsed=lease_left is not None and lease_left <= timedelta(0), zero=timedelta(0),
             progress_age=None if job.progress is None else now - job.progress.updated_at,
+            parents=self.driver.introspect.parents(job.id), children=self.driver.introspect.children(job.id),
         )
 
     def job_verb(self, request: Request, form: dict[str, str]) -> Response:

@@ -134,7 +134,8 @@ def test_a_claimed_and_acked_job_costs_one_round_trip_each_plus_three_per_batch(
     counted: tuple[MongoDriver, Listener], batch: int, landed_only: bool
 ) -> None:
     """claim(limit=B) then ack_many of the B jobs: B + 1 round trips to claim, 2 to ack
-    (1 when B = 1), and exactly two documents written per job (its claim and its ack)."""
+    (1 when B = 1), and exactly two documents written per job (its claim and its ack); no
+    job here has children, so no further command is sent (rules D)."""
     driver, listener = counted
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
     assert "ack_landed_only" in driver.capabilities  # read once per driver (hello), as a worker does at start
@@ -154,9 +155,9 @@ def test_a_claimed_and_acked_job_costs_one_round_trip_each_plus_three_per_batch(
         per_batch.append(_cost(listener.take()))
         settled += batch
     claim = (["findAndModify"] * (batch + 1), batch)  # the lapsed-lease probe, then one per job
-    ack = (["findAndModify"], 1) if batch == 1 and not landed_only else (
-        (["update"], 1) if batch == 1 else (["update", "find"], batch)
-    )
+    # One ack is one findAndModify, landed_only too: it reads back whether the job is a
+    # parent (rules D: its children are settled after it), projected to two fields.
+    ack = (["findAndModify"], 1) if batch == 1 else (["update", "find"], batch)
     assert per_batch == [claim, ack] * math.ceil(JOBS / batch)
     round_trips = sum(len(names) for names, _ in per_batch)
     written = sum(n for _, n in per_batch)

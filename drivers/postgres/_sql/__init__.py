@@ -61,7 +61,16 @@ def names(schema: str) -> Mapping[str, sql.Composable]:
         "seq": sql.SQL("{}::regclass").format(sql.Literal(sql.Identifier(schema, "jobs_id_seq").as_string())),
         "seq_name": sql.Identifier(schema, "jobs_id_seq"),
         "schema": sql.Identifier(schema),
+        # The schema's NOTIFY channel as a literal, for the one template that cannot take it
+        # as a parameter: the settle-children trigger function (migration 10, rules D).
+        "notify_channel": sql.Literal(_channel_for(schema)),
     }
+
+
+def _channel_for(schema: str) -> str:
+    from .._notify import channel_for  # noqa: PLC0415 - _notify imports this package
+
+    return channel_for(schema)
 
 
 def render(template: str, schema: str | None = None, **parts: sql.Composable) -> bytes:

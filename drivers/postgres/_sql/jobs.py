@@ -21,11 +21,12 @@ from jobcore.vocabulary import (
     LEASE_EXPIRED_TEXT,
     LEASE_LAPSED_FINAL,
     LEASE_LAPSED_FINAL_TEMPLATE,
+    PARENT_ENDED_TEMPLATE,
 )
 
 from .common import FINISHED, LIVE, NOW, NOW_MS, Sql, in_list, lit, ms
 
-__all__ = ["JOB_COLUMNS", "JobStatements"]
+__all__ = ["JOB_COLUMNS", "SETTLE_CHILDREN_FUNCTION", "JobStatements"]
 
 JOB_COLUMNS: Final = (
     "id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
@@ -398,6 +399,81 @@ SELECT upd.told, {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOI
     giving it back uncounted leaves its attempt as it was."""
 
 
+# --- dependencies (rules D) -------------------------------------------------------------
+
+def _parent_ended_text() -> str:
+    """The ``Cancelled`` entry's message of a parent's child (D02), from the vocabulary's template."""
+    fields = {"parent": "parent_id::text", "state": "ended"}
+    pieces = []
+    for literal, field, _, _ in string.Formatter().parse(PARENT_ENDED_TEMPLATE):
+        if literal:
+            pieces.append(_lit(literal))
+        if field is not None:
+            pieces.append(fields[field])
+    return " || ".join(pieces)
+
+
+_ENDED_OTHERWISE: Final = in_list((JobState.FAILED, JobState.DEAD, JobState.CANCELLED))
+_WAITING: Final = f"c.parents @> ARRAY[parent_id] AND c.waiting AND c.state = {_SUSPENDED} AND c.claim_no = 0"
+"""A child of ``parent_id`` still waiting on its parents: suspended, never claimed (a parked
+job was claimed, and a resumed or requeued one is no longer suspended without a claim)."""
+
+SETTLE_CHILDREN_FUNCTION: Final = f"""CREATE OR REPLACE FUNCTION {{schema}}.jobs_settle_children() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    parent_id bigint;
+    ended text;
+    stamp timestamptz;
+    woke bigint;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        parent_id := OLD.id;
+        ended := CASE WHEN OLD.state IN {FINISHED} THEN OLD.state ELSE 'removed' END;
+        stamp := date_trunc('milliseconds', now());
+    ELSE
+        parent_id := NEW.id;
+        ended := NEW.state;
+        stamp := NEW.finished_at;
+    END IF;
+    -- Lock the waiting children first, in id order: the acks of two parents of one child,
+    -- racing, then decide one after the other, the later one with a snapshot taken after the
+    -- earlier committed (each statement here takes its own), so neither misses the other.
+    PERFORM 1 FROM {{jobs}} AS c WHERE {_WAITING} ORDER BY c.id FOR UPDATE;
+    IF ended <> {_DONE} THEN
+        UPDATE {{jobs}} AS c SET state = {_CANCELLED}, waiting = false, finished_at = stamp,
+            errors = c.errors || jsonb_build_array(jsonb_build_object('type', {_lit(CANCELLED_ENTRY)}::text,
+                'message', {_parent_ended_text()}, 'at', (date_part('epoch', stamp) * 1000)::bigint,
+                'attempt', c.attempt))
+        WHERE {_WAITING} AND NOT c.run_anyway;
+    END IF;
+    WITH released AS (
+        UPDATE {{jobs}} AS c SET waiting = false,
+            state = CASE WHEN c.run_at > stamp THEN {_SCHEDULED} ELSE {_READY} END
+        WHERE {_WAITING} AND NOT EXISTS (
+            SELECT 1 FROM {{jobs}} AS p WHERE p.id = ANY(c.parents)
+              AND (p.state IN {LIVE} OR (p.state IN {_ENDED_OTHERWISE} AND NOT c.run_anyway)))
+        RETURNING c.queue, c.state
+    )
+    SELECT count(*) INTO woke FROM (
+        SELECT pg_notify({{notify_channel}}, q.queue)
+        FROM (SELECT DISTINCT r.queue FROM released AS r WHERE r.state = {_READY}) AS q
+    ) AS w;
+    RETURN NULL;
+END
+$fn$"""
+"""The trigger function of a parent that finished or was removed (D01, D02, D05): it locks its
+waiting children (so two parents ending at once decide in turn, the later one seeing the
+earlier one's state: no write skew leaves a child waiting on parents all done); its waiting
+children in ``cancel`` mode are cancelled when it ended otherwise than ``done`` (removed
+before it finished included), with a ``Cancelled`` entry naming it (their own children
+follow by the same trigger); then each waiting child none of whose stored parents is live
+(nor, in ``cancel`` mode, ended otherwise) becomes due, ``scheduled`` when its ``run_at`` is
+after the parent's ``finished_at``, and NOTIFYs the queues of those made ready (at commit, as
+an enqueue does). A removed parent is no longer stored: it counts as done.
+Times are the parent's ``finished_at`` (the settling statement's now, F01); a removal,
+which has none, reads the store's clock."""
+
+
 # --- introspection and operator verbs ---------------------------------------------------
 
 # State words come from jobcore.vocabulary: a verb's guard travels as a bind parameter
@@ -524,6 +600,40 @@ SELECT {", ".join(f"upd.{c}" for c in JOB_COLUMNS)} FROM upd CROSS JOIN woke
 """)
 
     REMOVE = Sql(f"DELETE FROM {{jobs}} AS j WHERE j.id = %(id)s AND {_GUARD} RETURNING {_COLS}")
+
+    RELATIVES = Sql(f"""
+SELECT 0 AS side, {_COLS} FROM {{jobs}} AS j WHERE j.id = %(id)s
+UNION ALL
+SELECT 1, {_COLS} FROM {{jobs}} AS j
+WHERE j.id = ANY((SELECT x.parents FROM {{jobs}} AS x WHERE x.id = %(id)s)::bigint[])
+UNION ALL
+SELECT 2, {_COLS} FROM {{jobs}} AS j WHERE j.parents @> ARRAY[%(id)s::bigint]
+ORDER BY 1, 2
+""")
+    """A job (side 0), its stored parents (1) and children (2), oldest first (D05). The
+    children are found through the partial GIN index ``jobs_parents``."""
+
+    MARK_PARENTS = Sql("""
+WITH p AS (SELECT j.id FROM {jobs} AS j WHERE j.id = ANY(%(ids)s::bigint[]) ORDER BY j.id FOR NO KEY UPDATE)
+UPDATE {jobs} AS j SET has_children = true FROM p WHERE j.id = p.id RETURNING j.id, j.state
+""")
+    """Lock the parents an enqueue names (in id order, so enqueues sharing parents cannot
+    deadlock) and mark them as having children (D01, D04): answers the stored ones and
+    their state, which a concurrent settle can no longer change until this transaction
+    ends. A settle waiting on the lock then sees ``has_children`` and fires the trigger."""
+
+    LINK_CHILDREN = Sql(f"""
+UPDATE {{jobs}} AS c SET parents = l.parents, run_anyway = l.anyway, waiting = l.wait,
+    state = CASE WHEN l.wait THEN {_SUSPENDED} ELSE c.state END
+FROM (
+    SELECT (t.item->>0)::bigint AS id, ARRAY(SELECT jsonb_array_elements_text(t.item->1)::bigint) AS parents,
+           (t.item->>2)::boolean AS anyway, (t.item->>3)::boolean AS wait
+    FROM jsonb_array_elements(%(items)s::jsonb) AS t(item)
+) AS l
+WHERE c.id = l.id
+""")
+    """Store new children's parents (items ``[id, [parent ids], run_anyway, wait]``); a child
+    with a parent not yet done waits, suspended (D01)."""
 
     MAKE_DUE = Sql(f"""
 WITH upd AS (

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from .common import LIVE
+from .common import FINISHED, LIVE
+from .jobs import SETTLE_CHILDREN_FUNCTION
 
 __all__ = [
     "ADD_COMPATIBLE", "CREATE_SCHEMA", "CREATE_VERSIONS", "MIGRATE_LOCK", "MIGRATIONS", "NO_TIMEOUT", "READ_VERSION",
@@ -110,6 +111,26 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # NOTIFYed when they finish, so a job nobody waits on costs no NOTIFY. A constant
     # default: adding it rewrites no row; no index reads it.
     ("ALTER TABLE {jobs} ADD COLUMN waited boolean NOT NULL DEFAULT false",),
+    # 10: dependencies (rules D). ``parents`` (NULL for a job without) and ``run_anyway``
+    # (on_parent_failure="run") on the child; ``waiting`` while it is suspended for its
+    # parents; ``has_children`` on a parent, so that the trigger below fires only for jobs
+    # some job depends on (a job without dependencies pays one boolean test per update and
+    # no statement). Constant defaults: adding them rewrites no row. The trigger runs in the
+    # transaction of the statement that ends the parent (ack, nack, burial, cancel, remove,
+    # prune), with a fresh snapshot for each of its statements, so a child committed while the
+    # parent's row was locked is seen (see docs/howto/dependencies.md).
+    (
+        """ALTER TABLE {jobs} ADD COLUMN parents bigint[],
+            ADD COLUMN run_anyway boolean NOT NULL DEFAULT false, ADD COLUMN waiting boolean NOT NULL DEFAULT false,
+            ADD COLUMN has_children boolean NOT NULL DEFAULT false""",
+        "CREATE INDEX IF NOT EXISTS jobs_parents ON {jobs} USING gin (parents) WHERE parents IS NOT NULL",
+        SETTLE_CHILDREN_FUNCTION,
+        f"""CREATE TRIGGER jobs_parent_ended AFTER UPDATE OF state ON {{jobs}} FOR EACH ROW
+            WHEN (NEW.has_children AND OLD.state IS DISTINCT FROM NEW.state AND NEW.state IN {FINISHED})
+            EXECUTE FUNCTION {{schema}}.jobs_settle_children()""",
+        """CREATE TRIGGER jobs_parent_removed AFTER DELETE ON {jobs} FOR EACH ROW
+            WHEN (OLD.has_children) EXECUTE FUNCTION {schema}.jobs_settle_children()""",
+    ),
 )
 
 MIGRATE_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtext('jobcore.migrate'), hashtext(%(schema)s::text))"
