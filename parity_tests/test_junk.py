@@ -189,7 +189,7 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
     return {
         "enqueue": lambda: (d.enqueue, {
             "name": "junk", "payload": {"n": 5}, "queue": "default", "priority": 0, "run_at": None, "delay": 1,
-            "max_attempts": 3, "key": None,
+            "max_attempts": 3, "key": None, "depends_on": None, "on_parent_failure": "cancel",
         }),
         "enqueue_many": lambda: (d.enqueue_many, {"specs": [JobSpec(name="junk"), {"name": "junk", "delay": 2}]}),
         "claim": lambda: (d.claim, {
@@ -206,6 +206,8 @@ def _calls(w: World) -> dict[str, Callable[[], Call]]:
         "wait": lambda: (d.wait, {"job_id": w.finished_id(), "timeout": 0.05, "poll": 0.05}),
         "subscribe": lambda: (d.subscribe, {"queues": ["default"], "callback": _noop}),
         "get": lambda: (i.get, {"job_id": w.job_id()}),
+        "parents": lambda: (i.parents, {"job_id": w.job_id()}),
+        "children": lambda: (i.children, {"job_id": w.job_id()}),
         "list": lambda: (i.list, {**everything, "limit": 10, "after": None, "before": None}),
         "stats": lambda: (i.stats, {}),
         "dead_letters": lambda: (i.dead_letters, {"queue": "default", "limit": 10}),
