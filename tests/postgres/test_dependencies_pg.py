@@ -80,7 +80,10 @@ def test_two_parents_acked_in_overlapping_transactions_release_the_child(driver:
 
     def items(job_id: str) -> dict[str, Any]:
         token = tokens[job_id]
-        return {"items": json.dumps([[int(job_id), token.worker_id, token.claim_no, None]]), "now": driver._now()}
+        return {
+            "items": json.dumps([[int(job_id), token.worker_id, token.claim_no, None]]), "now": driver._now(),
+            "finished": driver.finish_channel,
+        }
 
     done: list[int] = []
     with psycopg.connect(pg_url) as one, psycopg.connect(pg_url) as two:
