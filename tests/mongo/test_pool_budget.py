@@ -58,8 +58,8 @@ def test_a_pool_size_in_the_url_that_is_not_an_int_is_refused() -> None:
         ({"maxWireVersion": 21}, set()),  # standalone 7.0
         ({"setName": "rs0", "maxWireVersion": 6}, {"notify", "finish_notify"}),  # rs 3.6: change streams, no txn
         ({"setName": "rs0", "maxWireVersion": 7}, {"notify", "finish_notify", "transactional_enqueue"}),
-        ({"msg": "isdbgrid", "maxWireVersion": 7}, {"notify", "finish_notify"}),  # mongos 4.0: no sharded transactions yet
-        ({"msg": "isdbgrid", "maxWireVersion": 8}, {"notify", "finish_notify", "transactional_enqueue"}),  # mongos 4.2
+        ({"msg": "isdbgrid", "maxWireVersion": 7}, {"notify", "finish_notify"}),  # mongos 4.0: no sharded txn
+        ({"msg": "isdbgrid", "maxWireVersion": 8}, {"notify", "finish_notify", "transactional_enqueue"}),
         ({"setName": "rs0"}, set()),  # no version answered: nothing assumed
     ],
     ids=["standalone", "rs-3.6", "rs-4.0", "mongos-4.0", "mongos-4.2", "no-version"],
