@@ -227,8 +227,8 @@ def test_everything_runs_under_the_documented_worker_role(roles: Roles, tmp_path
 
     app = connect(worker)  # the application enqueues under the worker role too
     try:
-        for n in range(6):
-            app.enqueue("fine", {"n": n}, queue="lp")
+        parents = [app.enqueue("fine", {"n": n}, queue="lp") for n in range(6)]
+        child = app.enqueue("fine", {"n": 95}, queue="lp_child", depends_on=parents[:2])  # rules D
         dead = app.enqueue("broken", {"n": -1}, queue="lp", max_attempts=1)
         later = app.enqueue("fine", {"n": 99}, queue="lp_later", delay=3600)
         parked_job = app.enqueue("fine", {"n": 98}, queue="lp_park")
@@ -249,6 +249,7 @@ def test_everything_runs_under_the_documented_worker_role(roles: Roles, tmp_path
         assert "JC_DB_ERROR" not in err
         assert app.introspect.stats().count(JobState.DONE, "lp") == 6
         assert app.introspect.get(dead.id).state == JobState.DEAD
+        assert app.introspect.get(child.id).state == JobState.READY  # released by the trigger, as this role
 
         sched = subprocess.Popen(
             [sys.executable, "-m", "jobcore.cli", "scheduler", "--app", str(jobs), "--url", worker,
@@ -275,6 +276,7 @@ def test_everything_runs_under_the_documented_worker_role(roles: Roles, tmp_path
         assert dead.id in op("dead")
         op("requeue", dead.id)
         op("cancel", dead.id)
+        assert dead.id in op("wait", dead.id, "--timeout", "5")  # rules A: LISTEN and the mark, as this role
         op("promote", later.id)
         op("resume", parked_job.id)
         assert "requeued 1" in op("rescue")
