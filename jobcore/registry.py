@@ -254,10 +254,9 @@ class JobHandle:
         ``depends_on``/``on_parent_failure``: it waits for other jobs (rules D, docs/howto/dependencies.md)."""
         target = driver if driver is not None else get_job_driver()
         options = self._options(
-            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
+            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key,
+            depends_on=depends_on, on_parent_failure=on_parent_failure,
         )
-        if depends_on is not None or on_parent_failure != "cancel":
-            options.update(depends_on=depends_on, on_parent_failure=on_parent_failure)
         return target.enqueue(self.name, self.stored_payload(payload), **options)
 
     async def enqueue_async(
@@ -277,10 +276,9 @@ class JobHandle:
         """:meth:`enqueue` on an async driver (``driver`` or the process-wide async one)."""
         target = driver if driver is not None else get_async_job_driver()
         options = self._options(
-            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key
+            queue=queue, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts, key=key,
+            depends_on=depends_on, on_parent_failure=on_parent_failure,
         )
-        if depends_on is not None or on_parent_failure != "cancel":
-            options.update(depends_on=depends_on, on_parent_failure=on_parent_failure)
         return await target.enqueue(self.name, self.stored_payload(payload), **options)
 
     def spec(
@@ -353,14 +351,18 @@ class JobHandle:
 
     def _options(
         self, *, queue: str | None, priority: int | None, run_at: datetime | None, delay: Duration | None,
-        max_attempts: int | None, key: str | None = None,
+        max_attempts: int | None, key: str | None = None, depends_on: Any = None, on_parent_failure: str = "cancel",
     ) -> dict[str, Any]:
-        """The enqueue options with this kind's defaults filled in."""
-        return {
+        """The enqueue options with this kind's defaults filled in; the dependency options
+        (rules D) only when given, so a driver without them is called as before."""
+        options: dict[str, Any] = {
             "queue": queue or self.queue, "priority": self.priority if priority is None else priority,
             "run_at": run_at, "delay": delay,
             "max_attempts": self.max_attempts if max_attempts is None else max_attempts, "key": key,
         }
+        if depends_on is not None or on_parent_failure != "cancel":
+            options.update(depends_on=depends_on, on_parent_failure=on_parent_failure)
+        return options
 
     def _specs(
         self, payloads: Iterable[Any], *, queue: str | None, priority: int | None, run_at: datetime | None,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,7 +24,7 @@ from psycopg import sql
 from jobcore.errors import redact
 
 from ._apool import AsyncBoundedConnection, discard
-from ._notify import _RECONNECT_CAP, _RECONNECT_FIRST, EVERY, PROBE_AFTER, Waiting
+from ._notify import _RECONNECT_CAP, _RECONNECT_FIRST, EVERY, PROBE_AFTER, WaiterBook
 from ._pool import Session
 from ._sql import LISTEN, render
 
@@ -145,7 +144,7 @@ class AsyncListener:
                 await asyncio.wait_for(asyncio.shield(task), 5)
 
 
-class AsyncFinishHub(AsyncListener):
+class AsyncFinishHub(WaiterBook, AsyncListener):
     """The async driver's one LISTEN on the finish channel, shared by every ``wait`` (A02):
     :class:`._notify.FinishHub` as a task on the driver's loop (wake-ups run on that loop)."""
 
@@ -153,36 +152,11 @@ class AsyncFinishHub(AsyncListener):
         self, conninfo: str, kwargs: dict[str, Any], channel: str, queues: Iterable[str],
         callback: Callable[[str], None], *, call_timeout: float | None,
     ) -> None:
+        self._open_book()
         super().__init__(conninfo, kwargs, channel, queues, callback, call_timeout=call_timeout)
-        self._waiters: dict[str, list[Callable[[], None]]] = {}
-        self._guard = threading.Lock()  # a wait's close may come from another thread
 
     @classmethod
     async def open(cls, conninfo: str, kwargs: dict[str, Any], channel: str, *, call_timeout: float | None) -> Any:
         """A hub whose LISTEN is in place (when the server answers within 10 s)."""
         return await cls.start(conninfo, kwargs, channel, (EVERY,), lambda _: None, call_timeout=call_timeout)
 
-    def add(self, job_id: str, wake: Callable[[], None]) -> Waiting:
-        with self._guard:
-            self._waiters.setdefault(job_id, []).append(wake)
-        return Waiting(self, job_id, wake)
-
-    def remove(self, job_id: str, wake: Callable[[], None]) -> None:
-        with self._guard:
-            waiting = self._waiters.get(job_id)
-            if waiting is not None and wake in waiting:
-                waiting.remove(wake)
-                if not waiting:
-                    del self._waiters[job_id]
-
-    def _deliver(self, queue: str) -> None:
-        with self._guard:
-            if queue == EVERY:
-                targets = [wake for wakes in self._waiters.values() for wake in wakes]
-            else:
-                targets = list(self._waiters.get(queue, ()))
-        for wake in targets:
-            try:
-                wake()
-            except Exception:
-                log.exception("jobcore wait wake-up failed for job %r", queue)

@@ -166,19 +166,17 @@ class Waiting:
         self._hub.remove(self._job_id, self._wake)
 
 
-class FinishHub(Listener):
-    """The driver's one LISTEN on the finish channel, shared by every ``wait`` (A02).
+class WaiterBook:
+    """The waiters of a finish hub, by job id (A02), under a lock: a wait's close may come
+    from another thread. Shared by :class:`FinishHub` and the async driver's hub, whose
+    listeners call :meth:`_deliver` with each NOTIFY's payload (``EVERY`` after a reconnect)."""
 
-    Opened by the first wait and kept until the driver closes: one connection per driver
-    however many wait at once. A NOTIFY's payload is a job id; its waiters are woken (the
-    door then reads the job). After a reconnect every waiter is woken once, since
-    notifications sent meanwhile were lost.
-    """
+    _waiters: dict[str, list[Callable[[], None]]]
+    _guard: threading.Lock
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], channel: str, *, call_timeout: float | None) -> None:
-        self._waiters: dict[str, list[Callable[[], None]]] = {}
+    def _open_book(self) -> None:
+        self._waiters = {}
         self._guard = threading.Lock()
-        super().__init__(conninfo, kwargs, channel, (EVERY,), lambda _: None, call_timeout=call_timeout)
 
     def add(self, job_id: str, wake: Callable[[], None]) -> Waiting:
         with self._guard:
@@ -204,3 +202,18 @@ class FinishHub(Listener):
                 wake()
             except Exception:
                 log.exception("jobcore wait wake-up failed for job %r", queue)
+
+
+class FinishHub(WaiterBook, Listener):
+    """The driver's one LISTEN on the finish channel, shared by every ``wait`` (A02).
+
+    Opened by the first wait and kept until the driver closes: one connection per driver
+    however many wait at once. A NOTIFY's payload is a job id; its waiters are woken (the
+    door then reads the job). After a reconnect every waiter is woken once, since
+    notifications sent meanwhile were lost.
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], channel: str, *, call_timeout: float | None) -> None:
+        self._open_book()
+        super().__init__(conninfo, kwargs, channel, (EVERY,), lambda _: None, call_timeout=call_timeout)
+
