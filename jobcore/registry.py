@@ -370,12 +370,13 @@ class JobHandle:
     ) -> list[JobSpec]:
         """One spec per payload, with this kind's defaults filled in."""
         delay_value = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        name, stored, make = self.name, self.stored_payload, JobSpec.positional  # type: ignore[attr-defined]
+        chosen = queue or self.queue
+        rank = self.priority if priority is None else priority
+        attempts = self.max_attempts if max_attempts is None else max_attempts
+        # Positionally, in JobSpec's field order: a spec per payload of a batch of thousands.
         return [
-            JobSpec(
-                name=self.name, payload=self.stored_payload(payload), queue=queue or self.queue,
-                priority=self.priority if priority is None else priority, run_at=run_at, delay=delay_value,
-                max_attempts=self.max_attempts if max_attempts is None else max_attempts,
-            )
+            make(name, stored(payload), chosen, rank, run_at, delay_value, attempts, None, (), "cancel")
             for payload in payloads
         ]
 

@@ -36,6 +36,7 @@ from jobcore.records import (
     JobState,
     RetentionPolicy,
     ScheduleOutcome,
+    _record,
 )
 from jobcore.vocabulary import (  # the limits, re-exported: drivers and checks read them as v.NAME
     DEFAULT_MAX_ATTEMPTS,
@@ -452,6 +453,7 @@ class NewJob:
     """The enqueuing trace's propagation fields (W3C ``traceparent``...), or None (untraced)."""
 
 
+@_record  # StoreTimedJob.positional: one per job of a batch
 @attrs.frozen(kw_only=True)
 class StoreTimedJob:
     """A checked job to insert whose due time and state the store decides on its own clock (F01).
@@ -535,10 +537,34 @@ def new_job(
     ``now=None``: the store decides the due time and state on its own clock; the answer
     is a :class:`StoreTimedJob` (``delay`` kept, not added to any client time).
     """
+    if now is None and run_at is None and delay is None and key is None:
+        # The common enqueue: a handle's name, queue, priority and attempts, again and again.
+        # Types are part of the memo key: True == 1 and 1.0 == 1, yet only 1 passes as an int.
+        memo: tuple[object, ...] = (
+            name, queue, priority, max_attempts, default_max_attempts,
+            type(name), type(queue), type(priority), type(max_attempts),
+        )
+        try:
+            options = _SIMPLE.get(memo)
+        except TypeError:  # an unhashable option: checked (and refused) below, unmemoised
+            memo, options = (), None
+        if options is None:
+            options = _job_options(name, queue, priority, None, None, max_attempts, None, None, default_max_attempts)
+            if memo:
+                if len(_SIMPLE) >= _SIMPLE_SIZE:
+                    _SIMPLE.clear()
+                _SIMPLE[memo] = options
+        return _store_timed(options, encode_json(payload, "payload"))
     options = _job_options(name, queue, priority, run_at, delay, max_attempts, key, now, default_max_attempts)
     if now is None:
         return StoreTimedJob(payload=encode_json(payload, "payload"), **options)
     return NewJob(payload=encode_json(payload, "payload"), **options)
+
+
+_SIMPLE: dict[tuple[object, ...], dict[str, Any]] = {}
+""":func:`new_job`'s checked options of keyless, undelayed enqueues, by their values and
+types (read and written without a lock: a lost write only costs a check again)."""
+_SIMPLE_SIZE = 512
 
 
 def _job_options(  # noqa: PLR0917 - enqueue's keywords, in order
@@ -634,8 +660,17 @@ def new_jobs(
                 if memo:
                     checked[memo] = known
             options, last = known, values
-        out.append(record(payload=encode_json(payload, "payload"), **options))
+        text = encode_json(payload, "payload")
+        out.append(_store_timed(options, text) if now is None else record(payload=text, **options))
     return out
+
+
+def _store_timed(options: dict[str, Any], payload: str) -> StoreTimedJob:
+    """A :class:`StoreTimedJob` of checked ``options`` (:func:`_job_options`) and a payload's text."""
+    return StoreTimedJob.positional(  # type: ignore[attr-defined,no-any-return]
+        options["name"], options["queue"], payload, options["priority"], options["run_at"], options["delay"],
+        options["max_attempts"], options["key"], None,
+    )
 
 
 @attrs.frozen

@@ -189,6 +189,30 @@ def test_the_backend_receives_checked_values() -> None:
     assert nack == ("nack", (TOKEN, "ValueError", "bad", NOW, True, False, True, False))
 
 
+class _Name(str):
+    """A str subclass: a name equal to a checked one, of another type."""
+
+
+@pytest.mark.parametrize("options", [
+    {"priority": True}, {"priority": 1.0}, {"max_attempts": 3.0}, {"max_attempts": True},
+    {"queue": b"q"}, {"priority": [1]},
+], ids=["bool_priority", "float_priority", "float_attempts", "bool_attempts", "bytes_queue", "list_priority"])
+def test_a_checked_enqueue_does_not_let_an_equal_value_of_another_type_through(options: dict[str, Any]) -> None:
+    """The options of a plain enqueue are checked once per distinct set (values and types), not
+    per call: after priority=1 and max_attempts=3 went through, values equal to them but of
+    another type (True == 1, 1.0 == 1) are still refused, and nothing reaches the backend."""
+    backend = Recording()
+    door = FrontDoor(backend)
+    base = {"queue": "q", "priority": 1, "max_attempts": 3}
+    door.enqueue("n", 1, **base)
+    door.enqueue(_Name("n"), 2, **base)  # equal to a checked name: stored as a plain str
+    assert [type(jobs[0].name) for _, (jobs, _) in backend.calls] == [str, str]
+    backend.calls.clear()
+    with pytest.raises(OptionInvalid):
+        door.enqueue("n", 3, **{**base, **options})
+    assert backend.calls == []
+
+
 def test_landed_only_is_answered_from_full_acks_without_the_capability() -> None:
     """A backend without ack_landed_only is asked full acks; the door answers True/False per item."""
     backend = Recording(frozenset())

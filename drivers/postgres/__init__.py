@@ -99,7 +99,7 @@ from ._pool import (
 )
 from ._rows import EPOCH
 from ._schedules import PostgresSchedules
-from ._sql import Statements
+from ._sql import Statements, bound
 
 __all__ = ["AsyncPostgresDriver", "PostgresDriver", "make_pool"]
 
@@ -110,6 +110,11 @@ _FAILURE_CHECK = 0.1
 
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+
+
+def _bound(q: Statements, conn: psycopg.Connection[Any], query: bytes, params: Mapping[str, Any] | None) -> Any:
+    """A cursor of ``conn`` and what to run on it (:func:`._sql.bound`: a statement's native form)."""
+    return bound(q, conn, query, params, raw=psycopg.RawCursor, plain=psycopg.Cursor)
 
 
 def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
@@ -294,8 +299,9 @@ class PostgresDriver(FrontDoor):
         self._ensure_schema()
         with translated(self.schema):
             if conn is not None:
-                with conn.cursor() as cur:
-                    cur.execute(query, params)
+                cur, text, args = _bound(self.q, conn, query, params)
+                with cur:
+                    cur.execute(text, args)
                     return cur.fetchall() if _has_rows(cur) else []
         for attempt in (1, 2):
             # Spelled out rather than `with translated(...), self._connection()`: this runs
@@ -309,10 +315,12 @@ class PostgresDriver(FrontDoor):
                 raise translate(exc, self.schema) from origin(exc)
             try:
                 if pooled.autocommit:
-                    cur = pooled.execute(query, params)
+                    cur, text, args = _bound(self.q, pooled, query, params)
+                    cur.execute(text, args)
                     return cur.fetchall() if _has_rows(cur) else []
                 with pooled:  # a caller's pool without autocommit: commit (or roll back) here
-                    cur = pooled.execute(query, params)
+                    cur, text, args = _bound(self.q, pooled, query, params)
+                    cur.execute(text, args)
                     return cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as exc:
                 error = translate(exc, self.schema)

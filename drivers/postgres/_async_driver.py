@@ -50,12 +50,17 @@ from ._leases_async import AsyncPostgresLeases
 from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, bounded
 from ._rows import EPOCH
 from ._schedules_async import AsyncPostgresSchedules
-from ._sql import Statements
+from ._sql import Statements, bound
 
 __all__ = ["AsyncPostgresDriver"]
 
 Row = tuple[Any, ...]
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+
+
+def _bound(q: Statements, conn: psycopg.AsyncConnection[Any], query: bytes, params: Mapping[str, Any] | None) -> Any:
+    """A cursor of ``conn`` and what to run on it (:func:`._sql.bound`: a statement's native form)."""
+    return bound(q, conn, query, params, raw=psycopg.AsyncRawCursor, plain=psycopg.AsyncCursor)
 
 
 def _has_rows(cur: psycopg.AsyncCursor[Any]) -> bool:
@@ -217,8 +222,9 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         await self._ensure_schema()
         with translated(self.schema):
             if conn is not None:
-                async with conn.cursor() as cur:
-                    await cur.execute(query, params)
+                cur, text, args = _bound(self.q, conn, query, params)
+                async with cur:
+                    await cur.execute(text, args)
                     return await cur.fetchall() if _has_rows(cur) else []
         for attempt in (1, 2):
             try:
@@ -229,10 +235,12 @@ class AsyncPostgresDriver(AsyncFrontDoor):
                 raise translate(exc, self.schema) from origin(exc)
             try:
                 if pooled.autocommit:
-                    cur = await pooled.execute(query, params)
+                    cur, text, args = _bound(self.q, pooled, query, params)
+                    await cur.execute(text, args)
                     return await cur.fetchall() if _has_rows(cur) else []
                 async with pooled:  # a caller's pool without autocommit: commit (or roll back) here
-                    cur = await pooled.execute(query, params)
+                    cur, text, args = _bound(self.q, pooled, query, params)
+                    await cur.execute(text, args)
                     return await cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as exc:
                 error = translate(exc, self.schema)

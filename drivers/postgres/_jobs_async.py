@@ -73,9 +73,9 @@ def _inserted(id_: int, new: v.StoreTimedJob, due: tuple[datetime, JobState], no
     """The job a keyless insert stored: what was sent (checked, UTC, to the millisecond),
     its due time and state as the statement decided them on ``now`` (the store's), and its
     id, with no row to read back."""
-    return Job(
-        id=str(id_), name=new.name, queue=new.queue, payload=decode_stored(new.payload), state=due[1],
-        priority=new.priority, max_attempts=new.max_attempts, run_at=due[0], created_at=now,
+    return Job.positional(
+        str(id_), new.name, new.queue, decode_stored(new.payload), due[1], new.priority, 0, new.max_attempts,
+        due[0], now, None, None, None, 0, None, None, None, None, (), None, None, False,
     )
 
 

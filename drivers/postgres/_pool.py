@@ -444,6 +444,7 @@ class Pool:
         self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # last used at the end
         self._size = 0  # open, or being opened by a caller
         self._cond = threading.Condition()
+        self._waiting = 0  # callers inside getconn's wait: putconn notifies only when there are some
         self._closed = False
 
     def getconn(self) -> psycopg.Connection[Any]:
@@ -469,7 +470,11 @@ class Pool:
                     raise PoolTimeout(
                         f"all {self.max_size} connections of the pool stayed in use for {self.timeout:g}s"
                     )
-                self._cond.wait(left)
+                self._waiting += 1
+                try:
+                    self._cond.wait(left)
+                finally:
+                    self._waiting -= 1
         try:
             conn: psycopg.Connection[Any] = BoundedConnection.connect(self.conninfo, **self.kwargs)
         except BaseException:
@@ -479,13 +484,16 @@ class Pool:
 
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
         """Take back a connection from :meth:`getconn`; a closed or unusable one is dropped."""
-        if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
-            with contextlib.suppress(psycopg.Error):
-                conn.rollback()
-        if conn.closed or conn.info.transaction_status != _IDLE:
-            conn.close()
-            self._forget()
-            return
+        # libpq's own status (a closed connection's is UNKNOWN): read once, as an int, on the
+        # common path (idle), which runs once per statement.
+        if conn.pgconn.transaction_status != _IDLE:
+            if not conn.closed and conn.info.transaction_status in _IN_TRANSACTION:
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
+            if conn.closed or conn.info.transaction_status != _IDLE:
+                conn.close()
+                self._forget()
+                return
         stale: list[psycopg.Connection[Any]] = []
         with self._cond:
             if self._closed:
@@ -497,7 +505,8 @@ class Pool:
                 while len(self._idle) > self.min_size and self._idle[0][1] < now - self.max_idle:
                     stale.append(self._idle.pop(0)[0])
                     self._size -= 1
-            self._cond.notify()
+            if self._waiting:
+                self._cond.notify()
         for old in stale:
             old.close()
 

@@ -70,7 +70,7 @@ def test_each_statement_is_declared_once_and_rendered_under_its_name() -> None:
         assert b"{" not in rendered, name
         assert b"}" not in rendered, name
         assert ("{jobs}" in statement.text) == (b'"odd ""schema"""."jobs"' in rendered), name
-    assert set(vars(q)) == set(_sql.DECLARED)
+    assert set(vars(q)) == {*_sql.DECLARED, "raw"}
 
 
 def test_ack_many_landed_is_ack_many_answering_only_item_numbers() -> None:
@@ -90,6 +90,44 @@ def test_only_sql_composes_statements() -> None:
             assert word not in code, (path.name, word)
 
 
+def test_every_statement_has_a_native_form_with_its_parameters_in_order() -> None:
+    """Each rendered statement runs on a RawCursor (psycopg parses a text over 4,096 bytes on
+    every call otherwise): ``$n`` for the n-th distinct ``%(name)s``, nothing else changed."""
+    q = _sql.Statements('odd "schema"')
+    for name in _sql.DECLARED:
+        rendered = getattr(q, name)
+        text, names = q.raw[rendered]
+        found = list(dict.fromkeys(m.decode() for m in re.findall(rb"%\((\w+)\)s", rendered)))
+        assert list(names) == found, name
+        back = text
+        for number in range(len(names), 0, -1):  # $10 before $1
+            back = back.replace(b"$%d" % number, b"%%(%s)s" % names[number - 1].encode())
+        assert back == rendered, name
+    assert max(len(getattr(q, name)) for name in _sql.DECLARED) > 4096  # the claim: why this exists
+
+
+def test_native_form_reads_percent_and_repeats_as_psycopg_does() -> None:
+    """``%%`` is a literal ``%``, a repeated name is one parameter; a text a plain cursor would read
+    otherwise (a positional ``%s``, a ``$``) has no native form and keeps the plain path."""
+    assert _sql.native(b"SELECT '%%', %(a)s, %(b)s, %(a)s") == (b"SELECT '%', $1, $2, $1", ("a", "b"))
+    assert _sql.native(b"SELECT %s") is None
+    assert _sql.native(b"SELECT $1, %(a)s") is None
+    assert _sql.native(b"SELECT 1") == (b"SELECT 1", ())
+
+
+def test_a_native_statement_answers_as_the_named_one(driver: Any, pool: Any) -> None:
+    """The driver's own path (native, on a plain pool) and psycopg's named path agree on a claim's rows."""
+    driver.enqueue_many([{"name": "same", "payload": {"n": i}} for i in range(3)])
+    params = {**_claim_params(driver._now()), "limit": 2, "start": False}
+    native = driver._fetch(driver.q.CLAIM, params)
+    with pool.connection() as conn:
+        named = conn.execute(driver.q.CLAIM, {**params, "limit": 1}).fetchall()
+    assert [row[0] for row in native] != [row[0] for row in named]  # each claim took its own jobs
+    assert len(native) == 2
+    assert len(named) == 1
+    assert len(native[0]) == len(named[0])
+
+
 def test_driver_executes_only_named_statements() -> None:
     """The driver modules pass statements from ``self.q`` / ``q`` (rendered constants), never literals."""
     for path in sorted(SOURCE.glob("*.py")):
@@ -98,7 +136,7 @@ def test_driver_executes_only_named_statements() -> None:
         text = path.read_text()
         for match in re.finditer(r"(?<!def )(?:_fetch|execute)\(\s*([^,)\s]+)", text):
             target = match.group(1)
-            allowed = ("self.q.", "self._d.q.", "d.q.", "q.", "query", '""', "SESSION")
+            allowed = ("self.q.", "self._d.q.", "d.q.", "q.", "query", '""', "SESSION", "text")
             assert target.startswith(allowed), (path.name, target)
 
 
