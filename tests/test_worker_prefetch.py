@@ -1,6 +1,6 @@
 """The worker's prefetch (issue 7): jobs claimed beyond the free slots keep every rule.
 
-Prefetch is adaptive (what the slots run in one claim round trip), so these scenarios set
+Prefetch is adaptive (what the slots run in two claim round trips), so these scenarios set
 the worker's measured averages directly to make it prefetch, or not, deterministically.
 """
 
@@ -155,3 +155,22 @@ def test_slow_handlers_are_not_prefetched() -> None:
     finally:
         release.set()
         assert worker.stop(5.0)
+
+
+def test_the_backlog_holds_two_round_trips_of_quick_jobs_within_prefetch() -> None:
+    """Quick handlers: the slots' work for two claim round trips (topped up at half, so a claim's
+    answer lands as the slots would run dry), never more than prefetch; a handler slower than
+    the slots need to cover one round trip: none."""
+    worker = Worker(["default"], driver=MemoryDriver(), registry=Registry(), concurrency=4, prefetch=100,
+                    scheduler=False, retention=None)
+    claiming, running = worker._claiming, worker._running
+    for run_time, rtt, expected in [
+        (0.001, 0.002, 16),  # 4 slots run 8 jobs in a round trip: hold 16
+        (0.001, 0.100, 100),  # 800 wanted: prefetch caps it
+        (0.004, 0.001, 2),  # exactly one job per round trip across the slots: 2
+        (0.005, 0.001, 0),  # slower than the slots cover in a round trip: none
+    ]:
+        running.run_time, claiming.claim_rtt = run_time, rtt
+        assert claiming.backlog_target() == expected, (run_time, rtt)
+    running.run_time = None  # nothing measured yet
+    assert claiming.backlog_target() == 0

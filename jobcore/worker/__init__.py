@@ -141,7 +141,7 @@ class Worker:
         rescue_interval: Seconds between ``introspect.rescue()`` sweeps (``None``: never).
         prefetch: Most jobs claimed ahead of free slots (default ``max(16 * concurrency, 128)``, at most 1000;
             0: claim only for free slots). The worker prefetches only what its slots will
-            run within one claim round trip (measured), so slow jobs are never hoarded;
+            run within two claim round trips (measured), so slow jobs are never hoarded;
             prefetched jobs are leased and heartbeated, and given back unstarted on stop.
         heartbeat_interval: Seconds between renewals of one lease (default ``lease/3``).
         seed: Seeds the jitter of retry delays (tests).
