@@ -169,7 +169,7 @@ class Claimer:
         out with a round trip's work still waiting and its answer lands as the slots would run
         dry; with one round trip's work as the target, each refill started with half a round
         trip left, slots waited on every claim, and claims were half as large (measured: a
-        no-op drain on PostgreSQL claimed about 55 jobs a call instead of 95, at 10-20% more
+        no-op drain on PostgreSQL claimed 50 to 60 jobs a call instead of about 94, at 10-20% more
         client CPU per job). A handler that takes longer than the slots need to cover a claim
         round trip gets no prefetch at all, so a worker never sits on jobs another worker could
         be running.
