@@ -135,7 +135,7 @@ def native(query: bytes) -> tuple[bytes, tuple[str, ...]] | None:
     the same statement as ``execute(query, params)`` on a plain cursor, but skips the
     client's parse of the text on every call: psycopg caches that parse only for
     statements of at most 4,096 bytes, and the claim is longer (the parse of its text
-    was about a tenth of a worker's CPU). ``None`` when the text has anything else a
+    was 3 to 10% of a worker's CPU, as measured). ``None`` when the text has anything else a
     plain cursor would read (a ``%`` of another kind, a ``$``): such a statement keeps
     the plain path.
     """
