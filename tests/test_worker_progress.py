@@ -94,6 +94,41 @@ def test_ten_thousand_reports_in_a_tight_loop_write_at_most_once_per_interval() 
         assert job.state is JobState.DONE
 
 
+class SlowProgressDriver(CountingDriver):
+    """A progress write that takes 0.3 s on its way to the store: the heartbeat thread's write
+    of the last report is still in flight when the handler returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = threading.Event()
+
+    def progress(self, token: ClaimToken, value: float | None = None, message: str | None = None) -> bool:
+        self.in_flight.set()
+        time.sleep(0.3)
+        return super().progress(token, value, message)
+
+
+def test_the_settle_waits_for_a_progress_write_in_flight_so_the_last_report_is_kept() -> None:
+    """The heartbeat thread took the last report and its write is on its way when the handler
+    returns: the settle goes after that write lands, so the finished job keeps the report (a
+    settle sent first would end the token, and the write's fence would drop it)."""
+    driver = SlowProgressDriver()
+    registry = Registry()
+
+    @registry.job(name="last-report")
+    def last_report(payload: int, ctx: JobContext) -> None:
+        ctx.progress(1.0, "all rows")
+        assert driver.in_flight.wait(5)  # the heartbeat thread is writing this very report
+
+    job = last_report.enqueue(1, driver=driver)
+    with _worker(driver, registry, progress_interval=0.01):
+        (done,) = _wait_done(driver, [job.id])
+    assert done.state is JobState.DONE
+    assert done.progress is not None
+    assert (done.progress.value, done.progress.message) == (1.0, "all rows")
+    assert [(value, message) for _, _, value, message in driver.writes] == [(1.0, "all rows")]
+
+
 def test_a_job_that_reports_nothing_writes_nothing() -> None:
     """No ctx.progress, no progress write: the job ends with progress None."""
     driver = CountingDriver()

@@ -179,8 +179,11 @@ class Settler:
                 if item.attempt.status is not AttemptStatus.SETTLING:
                     book.move(item.attempt, AttemptStatus.SETTLING)
         for item in live:
-            if not item.tries and item.attempt.ctx.progress_seq != item.attempt.progress_sent and not w._progress_off:
+            if not item.tries and item.attempt.ctx.progress_seq and not w._progress_off:
                 # The last report before the settle (rules G): stored while the token is still current.
+                # Whenever the handler reported at all, through send_progress's lock: a write the
+                # heartbeat thread has in flight (its report already marked sent) lands before
+                # this settle is sent, never after it, where its fence would drop it.
                 w._leases.send_progress(item.attempt)
         for item in live:
             if item.kind == "ack":
