@@ -6,7 +6,9 @@
 The peers: Procrastinate, PGQueuer, oban-py, SAQ (its PostgreSQL queue) and Chancy. The
 "limit" is no queue: the same drains done by a bare loop of batch-claim and batch-ack SQL on
 jobcore's schema with the same fencing (:func:`limit_worker`), so the table shows jobcore
-as a share of what the server allows on this machine.
+as a share of what the server allows on this machine. "driver" is jobcore's own driver in
+such a loop, no worker around it (:func:`driver_loop`): between the two, where the share
+the limit leaves goes (jobcore's statements and records, or its worker).
 
 What it does, in one run:
 
@@ -48,7 +50,8 @@ The module doubles as the peers' application module (``procrastinate --app
 peers.procrastinate_app``, ``pgq run peers:pgqueuer_factory``, oban-py's worker class
 ``peers.ObanNoop``, ``saq peers.saq_settings``, ``chancy --app peers.chancy_app``,
 ``jobcore worker bench/peers.py``), as the enqueue agent each system's interpreter runs
-(``--agent SYSTEM ACTION``) and as the limit's worker (``--limit-worker URL``), so its top
+(``--agent SYSTEM ACTION``) and as the limit's and the driver loop's workers (``--limit-worker URL``,
+``--driver-loop URL``), so its top
 level imports the standard library only.
 """
 
@@ -95,12 +98,18 @@ OBAN_PINS = ("oban==0.7.0", "psycopg[binary]==3.3.9", "psycopg-pool==3.3.3", "uv
 """oban-py needs Python 3.12 or newer: its own virtualenv (``--oban-venv``), built from
 ``--oban-python`` (default: the first python3.12 or python3.13 found)."""
 
-SYSTEMS = ("jobcore", "limit", "procrastinate", "pgqueuer", "oban", "saq", "chancy")
+SYSTEMS = ("jobcore", "limit", "driver", "procrastinate", "pgqueuer", "oban", "saq", "chancy")
 PEERS = ("procrastinate", "pgqueuer", "oban", "saq", "chancy")
 LIMIT = "limit"
 """Not a queue: a bare loop of batch-claim and batch-ack SQL on jobcore's schema, with the
 same fencing (:func:`limit_worker`), drains only. What the server allows on this machine."""
 LIMIT_BATCH = 100
+DRIVER = "driver"
+"""Not a queue either: jobcore's own driver in the limit's loop (:func:`driver_loop`), drains only.
+Its share of the limit is what jobcore's statements and records leave; the rest of the gap
+to jobcore's drain is its worker's (handler threads, leases, logs, events)."""
+DRAIN_ONLY = (LIMIT, DRIVER)
+"""Systems measured on the drains alone; their queues are filled by jobcore's ``enqueue_many``."""
 SLOW = ("procrastinate", "saq", "chancy")
 """Peers whose drains run one to two orders of magnitude below jobcore's (20 to 100 times
 slower on this machine): they drain ``--slow-jobs`` jobs (default 2,000) instead of
@@ -153,6 +162,7 @@ DONE_KEY = {
 for _table in (QUEUE_TABLE, DONE_SQL, TALLY_SQL, DONE_KEY):
     _table[BASE] = _table["jobcore"]
     _table[LIMIT] = _table["jobcore"]
+    _table[DRIVER] = _table["jobcore"]
 QUEUED_SQL = {system: f"SELECT count(*) FROM {table}" for system, table in QUEUE_TABLE.items()}
 EMPTY_SQL = {
     "jobcore": "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
@@ -164,6 +174,7 @@ EMPTY_SQL = {
     "saq": "TRUNCATE saq_jobs, saq_stats",
     "chancy": "TRUNCATE chancy_jobs CASCADE",
     LIMIT: "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
+    DRIVER: "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
 }
 
 
@@ -298,7 +309,7 @@ def _agent(system: str, action: str, count: int, extra: float) -> dict[str, Any]
         async_runner = {"jobcore": _async_jobcore, BASE: _async_jobcore, "procrastinate": _async_procrastinate,
                         "pgqueuer": _async_pgqueuer}[system]
         return asyncio.run(async_runner(kind, int(producers), count, int(extra)))
-    if system in (*JOBCORES, LIMIT):
+    if system in (*JOBCORES, *DRAIN_ONLY):
         return _agent_jobcore(action, count, extra)
     runner = {
         "procrastinate": _agent_procrastinate,
@@ -708,6 +719,29 @@ WHERE j.id = t.id AND j.state = 'running' AND j.worker_id = %(worker)s AND j.cla
 """Settle a batch, each row fenced on its own token (state, worker, claim number) as jobcore's are."""
 
 
+def driver_loop(url: str) -> None:
+    """``peers.py --driver-loop URL``: :func:`limit_worker`'s loop through jobcore's own driver, no worker.
+
+    Claims ``LIMIT_BATCH`` jobs held (``start=False``, as the worker claims them) and acks
+    them all with ``ack_many(..., landed_only=True)`` (as the worker acks when no
+    ``on_settled`` is set), again, until stopped: no handler, no events, no lease upkeep,
+    no wake-ups (an empty claim polls again after 5 ms)."""
+    from datetime import timedelta  # noqa: PLC0415 - the harness's interpreter, like the limit's
+
+    from jobcore import connect  # noqa: PLC0415
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    worker = f"driver-{os.getpid()}"
+    lease = timedelta(seconds=30)
+    driver: Any = connect(url)
+    while True:
+        got = driver.claim(["default"], worker_id=worker, limit=LIMIT_BATCH, lease=lease, start=False)
+        if not got.claimed:
+            time.sleep(0.005)
+            continue
+        driver.ack_many([(one.token, None) for one in got.claimed], landed_only=True)
+
+
 def limit_worker(url: str) -> None:
     """``peers.py --limit-worker URL``: claim ``LIMIT_BATCH`` jobs, ack them all, again, until
     stopped. One connection, autocommit, prepared statements; no handler, no events, no
@@ -786,7 +820,7 @@ class Harness:
     def url(self, system: str, app_name: str | None = None, *, admin: bool = False) -> str:
         user = "jobcore" if admin else BENCH_ROLE
         base = f"postgresql://{user}@127.0.0.1:{self.server.port}/bench_{system}"
-        params = ["schema=jobcore"] if system in (*JOBCORES, LIMIT) and not admin else []
+        params = ["schema=jobcore"] if system in (*JOBCORES, *DRAIN_ONLY) and not admin else []
         if app_name:
             params.append(f"application_name={app_name}")
         return base + ("?" + "&".join(params) if params else "")
@@ -802,7 +836,7 @@ class Harness:
         self.harness_pids.add(self.admin.info.backend_pid)
         for system in systems:
             self.admin.execute(f"CREATE DATABASE bench_{system} OWNER {BENCH_ROLE}")
-            if system in ("jobcore", LIMIT):
+            if system in ("jobcore", *DRAIN_ONLY):
                 from jobcore import connect  # noqa: PLC0415
 
                 driver = connect(self.url(system))
@@ -857,7 +891,10 @@ class Harness:
         return float(self.agent_out(system, action, count, extra)["seconds"])
 
     def agent_out(self, system: str, action: str, count: int, extra: float) -> dict[str, Any]:
-        pythons = {"jobcore": sys.executable, LIMIT: sys.executable, BASE: self.base_python, "oban": self.oban_python}
+        pythons = {
+            "jobcore": sys.executable, LIMIT: sys.executable, DRIVER: sys.executable, BASE: self.base_python,
+            "oban": self.oban_python,
+        }
         python = str(pythons.get(system) or self.venv_python)
         cmd = [python, str(HERE / "peers.py"), "--agent", system, action, str(count), str(extra)]
         out = self._run(cmd, self.env(system, f"agent_{system}"))
@@ -873,6 +910,8 @@ class Harness:
         if system == LIMIT:
             url = f"postgresql://{BENCH_ROLE}@127.0.0.1:{self.server.port}/bench_{system}?application_name={app_name}"
             return [sys.executable, str(HERE / "peers.py"), "--limit-worker", url]
+        if system == DRIVER:
+            return [sys.executable, str(HERE / "peers.py"), "--driver-loop", self.url(system, app_name)]
         if system == "procrastinate":
             return [str(self.venv_bin / "procrastinate"), "--app=peers.procrastinate_app", "worker"]
         if system == "pgqueuer":
@@ -1178,8 +1217,8 @@ def run_all(
             completed += 1
             continue
         for system in order:
-            if system == LIMIT:
-                continue  # drains only
+            if system in DRAIN_ONLY:
+                continue
             value = attempt("enqueue one at a time", system, lambda s=system: h.single(s, single_n))
             if value is not None:
                 add(system, "single", value)
@@ -1192,15 +1231,15 @@ def run_all(
                     lambda s=system, w=workers: h.batch_and_drain(s, min(jobs, slow_jobs) if s in SLOW else jobs, w),
                 )
                 if out is not None:
-                    if system != LIMIT:  # its queue is filled by jobcore's enqueue_many
+                    if system not in DRAIN_ONLY:  # their queues are filled by jobcore's enqueue_many
                         add(system, "batch", out["batch"])
                     for key in ("drain", "client_cpu", "server_cpu", "statements", "verified"):
                         add(system, f"{key}{workers}", out[key])
                     per_run.setdefault((run, system), {})[f"drain{workers}"] = out["drain"]
-                    if system != LIMIT:
+                    if system not in DRAIN_ONLY:
                         per_run[(run, system)].setdefault("batch", []).append(out["batch"])
         for system in order:
-            if system == LIMIT:
+            if system in DRAIN_ONLY:
                 continue
             lat = attempt("latency", system, lambda s=system: h.latency(s, lat_n, 0.025))
             if lat is not None:
@@ -1274,14 +1313,14 @@ def ratio(results: dict[str, dict[str, float | None]], key: str, higher: bool) -
     return mine / best[1]
 
 
-def share_of_limit(results: dict[str, dict[str, float | None]], key: str) -> float | None:
-    """jobcore's drain as a share of the bare SQL loop's on the same server."""
-    mine, limit = results.get("jobcore", {}).get(key), results.get(LIMIT, {}).get(key)
+def share_of_limit(results: dict[str, dict[str, float | None]], key: str, system: str = "jobcore") -> float | None:
+    """``system``'s drain (jobcore's by default) as a share of the bare SQL loop's on the same server."""
+    mine, limit = results.get(system, {}).get(key), results.get(LIMIT, {}).get(key)
     return None if mine is None or not limit else mine / limit
 
 
 def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...]) -> str:
-    names = {LIMIT: "SQL limit"}
+    names = {LIMIT: "SQL limit", DRIVER: "jobcore driver loop"}
     head = ["", *(names.get(s, s) for s in systems), "jobcore / best peer"]
     with_limit = LIMIT in systems
     if with_limit:
@@ -1294,7 +1333,10 @@ def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...])
         cells = [label, *(_fmt(results[s].get(key), key) for s in systems), note]
         if with_limit:
             share = share_of_limit(results, key) if key in ("drain1", "drain4") else None
-            cells.append("" if share is None else f"{share:.0%}")
+            floor = share_of_limit(results, key, DRIVER) if key in ("drain1", "drain4") else None
+            cells.append(
+                ("" if share is None else f"{share:.0%}") + ("" if floor is None else f" (driver loop {floor:.0%})")
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1340,6 +1382,9 @@ def per_run_table(per_run: list[dict[str, dict[str, float | None]]]) -> str:
     keys = (("single", "enqueue one at a time"), ("batch", "batch enqueue"), ("drain1", "drain, 1 worker"),
             ("drain4", "drain, 4 workers"))
     head = ["run", *(label for _, label in keys), "drain, 4 workers / SQL limit"]
+    with_driver = any(row.get(DRIVER, {}).get("drain4") is not None for row in per_run)
+    if with_driver:
+        head.append("driver loop, 4 workers / SQL limit")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for number, row in enumerate(per_run, 1):
         cells = [str(number)]
@@ -1349,6 +1394,9 @@ def per_run_table(per_run: list[dict[str, dict[str, float | None]]]) -> str:
             cells.append("n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})")
         share = share_of_limit(row, "drain4")
         cells.append("n/a" if share is None else f"{share:.0%}")
+        if with_driver:
+            floor = share_of_limit(row, "drain4", DRIVER)
+            cells.append("n/a" if floor is None else f"{floor:.0%}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1577,6 +1625,12 @@ def report(
         f"batch-claim ({LIMIT_BATCH} jobs) and batch-ack SQL on jobcore's own schema and indexes, each",
         "ack fenced on its token as jobcore's are, one connection per process, nothing else: what",
         "the server allows on this machine. Its last column is jobcore's drain as a share of it.",
+        "\"jobcore driver loop\" is that loop run through jobcore's own driver instead of bare SQL, no",
+        f"worker around it: `claim` of {LIMIT_BATCH} jobs held (`start=False`, as the worker claims) and",
+        "`ack_many(..., landed_only=True)` (as the worker acks), nothing else. Its share of the limit (in",
+        "brackets) is what jobcore's statements and records leave; the rest of the way down to jobcore's",
+        "drain is its worker's: the handler run on runner threads, the lease bookkeeping, and one",
+        "INFO log line and event per job.",
         "",
         "Per run (each ratio from one run's figures: jobcore over the fastest peer of that run):",
         "",
@@ -1720,9 +1774,13 @@ def main() -> None:
     parser.add_argument("--oban-python", default=None, help="Python 3.12+ to build oban-py's virtualenv with")
     parser.add_argument("--agent", nargs=4, metavar=("SYSTEM", "ACTION", "COUNT", "EXTRA"), help=argparse.SUPPRESS)
     parser.add_argument("--limit-worker", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--driver-loop", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.limit_worker:
         limit_worker(args.limit_worker)
+        return
+    if args.driver_loop:
+        driver_loop(args.driver_loop)
         return
     if args.agent:
         system, action, count, extra = args.agent
