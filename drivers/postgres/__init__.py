@@ -297,8 +297,8 @@ class PostgresDriver(FrontDoor):
     ) -> list[Row]:
         """Run one statement and answer its rows (on ``conn`` when given: the caller's transaction)."""
         self._ensure_schema()
-        with translated(self.schema):
-            if conn is not None:
+        if conn is not None:  # the caller's transaction (entering `translated` costs a generator: only here)
+            with translated(self.schema):
                 cur, text, args = _bound(self.q, conn, query, params)
                 with cur:
                     cur.execute(text, args)

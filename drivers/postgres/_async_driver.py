@@ -220,8 +220,8 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     ) -> list[Row]:
         """Run one statement and answer its rows (on ``conn`` when given: the caller's transaction)."""
         await self._ensure_schema()
-        with translated(self.schema):
-            if conn is not None:
+        if conn is not None:  # the caller's transaction (entering `translated` costs a generator: only here)
+            with translated(self.schema):
                 cur, text, args = _bound(self.q, conn, query, params)
                 async with cur:
                     await cur.execute(text, args)
