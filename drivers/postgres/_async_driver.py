@@ -31,7 +31,7 @@ from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable
 from jobcore.records import Job, Migration
 
-from . import _schema_async
+from . import _lean, _schema_async
 from ._anotify import AsyncListener
 from ._apool import AsyncPool, alive_async, discard
 from ._config import (
@@ -117,6 +117,8 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     _pooled: bool | None
     _owns_pool: bool
     q: Statements
+    lean: dict[bytes, tuple[bytes, tuple[str, ...]]]
+    """The statements that take the lean path (:mod:`._lean`), by their rendered text."""
     channel: str
     finish_channel: str
     _schema_ok: bool
@@ -235,6 +237,11 @@ class AsyncPostgresDriver(AsyncFrontDoor):
                 raise translate(exc, self.schema) from origin(exc)
             try:
                 if pooled.autocommit:
+                    lean = self.lean.get(query)
+                    if lean is not None:  # a short statement sent once per job: straight through libpq
+                        dumped = _lean.values(pooled, psycopg.AsyncCursor, lean[1], params)
+                        if dumped is not None:
+                            return await _lean.run_async(pooled, lean[0], dumped)
                     cur, text, args = _bound(self.q, pooled, query, params)
                     await cur.execute(text, args)
                     return await cur.fetchall() if _has_rows(cur) else []
