@@ -31,7 +31,7 @@ from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable
 from jobcore.records import Job, Migration
 
-from . import _lean, _schema_async
+from . import _lean_async, _schema_async
 from ._anotify import AsyncListener
 from ._apool import AsyncPool, alive_async, discard
 from ._config import (
@@ -239,9 +239,9 @@ class AsyncPostgresDriver(AsyncFrontDoor):
                 if pooled.autocommit:
                     lean = self.lean.get(query)
                     if lean is not None:  # a short statement sent once per job: straight through libpq
-                        dumped = _lean.values(pooled, psycopg.AsyncCursor, lean[1], params)
+                        dumped = _lean_async.values(pooled, psycopg.AsyncCursor, lean[1], params)
                         if dumped is not None:
-                            return await _lean.run_async(pooled, lean[0], dumped)
+                            return await _lean_async.run(pooled, lean[0], dumped)
                     cur, text, args = _bound(self.q, pooled, query, params)
                     await cur.execute(text, args)
                     return await cur.fetchall() if _has_rows(cur) else []

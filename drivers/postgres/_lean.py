@@ -1,3 +1,4 @@
+# Generated from _lean_async.py by tools/unasync.py: edit that file, then run the tool.
 """The lean path: one short statement on a pooled connection, straight through libpq.
 
 psycopg's cursor spends about 15 µs of client CPU per call on top of libpq's own work (the
@@ -39,7 +40,7 @@ from psycopg import generators, pq
 
 from ._sql import Statements
 
-__all__ = ["LEAN", "lean_forms", "run", "run_async", "values"]
+__all__ = ["LEAN", "lean_forms", "run", "values"]
 
 LEAN: Final = frozenset({"ENQUEUE_ONE"})
 """The statements (by name in :class:`~._sql.Statements`) that take the lean path when
@@ -146,27 +147,5 @@ def run(conn: psycopg.Connection[Any], text: bytes, params: list[bytes | None]) 
             try:
                 return _rows(_checked(conn.wait(generators.execute(pgconn))))
             except e.InvalidSqlStatementName:  # deallocated by someone: prepare it again, once
-                held.discard(name)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def run_async(conn: psycopg.AsyncConnection[Any], text: bytes, params: list[bytes | None]) -> list[Any]:
-    """:func:`run` on an async connection."""
-    pgconn = conn.pgconn
-    async with conn.lock:
-        if conn.prepare_threshold is None:
-            pgconn.send_query_params(text, params)
-            return _rows(_checked(await conn.wait(generators.execute(pgconn))))
-        name, held = _name(text), _prepared(conn)
-        for _ in (1, 2):
-            if name not in held:
-                pgconn.send_prepare(name, text)
-                with contextlib.suppress(e.DuplicatePreparedStatement):
-                    _checked(await conn.wait(generators.execute(pgconn)))
-                held.add(name)
-            pgconn.send_query_prepared(name, params)
-            try:
-                return _rows(_checked(await conn.wait(generators.execute(pgconn))))
-            except e.InvalidSqlStatementName:
                 held.discard(name)
     raise AssertionError("unreachable")  # pragma: no cover

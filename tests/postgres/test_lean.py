@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _lean, make_pool
+from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _lean, _lean_async, make_pool
 
 from fixtures import postgres as fx
 from jobcore.clock import StoreClock
@@ -24,7 +24,7 @@ _FIELDS = ("id", "name", "queue", "payload", "state", "priority", "attempt", "ma
 def lean_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The statement texts sent on the lean path (sync and async) during the test."""
     calls: list[bytes] = []
-    run, run_async = _lean.run, _lean.run_async
+    run, run_async = _lean.run, _lean_async.run
 
     def spy(conn: Any, text: bytes, params: Any) -> Any:
         calls.append(text)
@@ -35,7 +35,7 @@ def lean_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
         return await run_async(conn, text, params)
 
     monkeypatch.setattr(_lean, "run", spy)
-    monkeypatch.setattr(_lean, "run_async", spy_async)
+    monkeypatch.setattr(_lean_async, "run", spy_async)
     return calls
 
 
