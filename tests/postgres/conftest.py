@@ -12,6 +12,7 @@ from jobcore.parity.plugin import START
 
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock
+from tests.postgres.proxy import Proxy, proxy_to, through
 
 
 @pytest.fixture
@@ -53,3 +54,28 @@ def make(pool: Any, clock: ManualClock) -> Iterator[Callable[..., Any]]:
 def driver(make: Callable[..., Any]) -> Any:
     """A migrated driver in its own schema, on the test's clock."""
     return make()
+
+
+@pytest.fixture
+def proxied(pg_url: str, pool: Any) -> Iterator[Callable[..., tuple[PostgresDriver, Proxy]]]:
+    """``make(store_clock=False, **url_options)``: a migrated driver whose every connection passes
+    a proxy of its own (``call_timeout`` 1000 ms unless given); on a ManualClock, or on the
+    store's clock (as in production) with ``store_clock=True``."""
+    made: list[tuple[PostgresDriver, Proxy]] = []
+
+    def make(*, store_clock: bool = False, **options: Any) -> tuple[PostgresDriver, Proxy]:
+        proxy = proxy_to(pg_url)
+        options.setdefault("call_timeout", 1000)
+        driver = PostgresDriver.from_url(
+            through(pg_url, proxy, schema=fx.schema_name(), **options),
+            clock=None if store_clock else ManualClock(START),
+        )
+        made.append((driver, proxy))
+        driver.migrate()
+        return driver, proxy
+
+    yield make
+    for driver, proxy in made:
+        proxy.close()
+        driver.close()
+        fx.drop_schema(pool, driver.schema)

@@ -18,37 +18,13 @@ import psycopg
 import pytest
 from jobcore.drivers.postgres import PostgresDriver, _notify, _pool, make_pool
 from jobcore.drivers.postgres._errors import translate
-from jobcore.parity.plugin import START
 from psycopg import sql
 
-from fixtures import postgres as fx
-from jobcore.clock import ManualClock, StoreClock
+from jobcore.clock import StoreClock
 from jobcore.errors import BackendTimeout, BackendUnavailable, OptionInvalid, UrlInvalid
 from tests.postgres.proxy import Proxy, proxy_to, through
 
 CALL_TIMEOUT = 1.0
-
-
-@pytest.fixture
-def proxied(pg_url: str, pool: Any) -> Iterator[Callable[..., tuple[PostgresDriver, Proxy]]]:
-    """``make(**url_options)``: a migrated driver whose every connection passes a proxy of its own."""
-    made: list[tuple[PostgresDriver, Proxy]] = []
-
-    def make(**options: Any) -> tuple[PostgresDriver, Proxy]:
-        proxy = proxy_to(pg_url)
-        options.setdefault("call_timeout", int(CALL_TIMEOUT * 1000))
-        driver = PostgresDriver.from_url(
-            through(pg_url, proxy, schema=fx.schema_name(), **options), clock=ManualClock(START)
-        )
-        made.append((driver, proxy))
-        driver.migrate()
-        return driver, proxy
-
-    yield make
-    for driver, proxy in made:
-        proxy.close()
-        driver.close()
-        fx.drop_schema(pool, driver.schema)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -15,7 +15,6 @@ from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _lean,
 from fixtures import postgres as fx
 from jobcore.clock import StoreClock
 from jobcore.errors import BackendTimeout, JobcoreError
-from tests.postgres.proxy import proxy_to, through
 
 _FIELDS = ("id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at", "created_at")
 
@@ -163,29 +162,11 @@ def test_a_server_refusal_on_the_lean_path_is_translated_and_writes_nothing(
     assert len(lean_calls) == 2
 
 
-@pytest.fixture
-def stalled(pg_url: str, pool: Any) -> Iterator[Callable[..., Any]]:
-    made: list[tuple[PostgresDriver, Any]] = []
-
-    def build() -> tuple[PostgresDriver, Any]:
-        proxy = proxy_to(pg_url)
-        driver = PostgresDriver.from_url(through(pg_url, proxy, schema=fx.schema_name(), call_timeout=300))
-        made.append((driver, proxy))
-        driver.migrate()
-        return driver, proxy
-
-    yield build
-    for driver, proxy in made:
-        proxy.close()
-        driver.close()
-        fx.drop_schema(pool, driver.schema)
-
-
 def test_a_lean_enqueue_on_a_stalled_connection_answers_jc_db_timeout_within_call_timeout(
-    stalled: Callable[..., Any], lean_calls: list[bytes],
+    proxied: Callable[..., Any], lean_calls: list[bytes],
 ) -> None:
     """F07 on the lean path: the wait is the connection's own, bounded by call_timeout."""
-    driver, proxy = stalled()
+    driver, proxy = proxied(store_clock=True, call_timeout=300)
     driver.enqueue("warm")
     proxy.freeze()
     started = time.monotonic()
