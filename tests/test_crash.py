@@ -45,10 +45,12 @@ DEADLINE_SECONDS = 90.0
 KILL_EVERY = tuple(float(x) for x in os.environ.get("JOBCORE_CRASH_KILL_EVERY", "0.8,1.6").split(","))
 """Seconds between two kills (uniform): long enough for a replacement to start and work."""
 SLOW_CYCLE = 0.025
-PROBE_JOBS = 300
+PROBE_JOBS = WORK_JOBS
 """A claim+ack cycle slower than SLOW_CYCLE (seconds) with this many jobs stored marks a
 slow test server (the pure-Python MongoDB-wire one, whose claims scan the collection):
-the run is scaled down so it still ends in about a minute."""
+the run is scaled down so it still ends in about a minute. The probe stores as many jobs
+as the run: with 300, a quicker machine measured the stand-in under the bar, and the full
+run then crawled past its deadline at 2,000."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +77,7 @@ def plan_for(driver: JobDriver) -> Plan:
     while driver.introspect.remove_many(JobFilter(queue="crash-probe")).remaining:
         pass
     cycle = sorted(cycles)[2]
+    print(f"crash plan probe: median claim+ack cycle {cycle * 1000:.1f} ms with {PROBE_JOBS} jobs stored")
     if cycle < SLOW_CYCLE:
         return Plan(WORK_JOBS, LEASE_SECONDS, (KILL_EVERY[0], KILL_EVERY[1]), DEADLINE_SECONDS)
     # Idle polls and heartbeats are most of a slow server's load: poll less, lease longer.

@@ -120,6 +120,8 @@ class PostgresJobs:
         self._d = driver
         self._hub: FinishHub | None = None
         self._hub_guard = threading.Lock()
+        self._hub_open = threading.Lock()
+        """Held while the hub opens: concurrent first waits share one LISTEN connection."""
 
     @property
     def clock(self) -> Any:
@@ -396,15 +398,16 @@ class PostgresJobs:
         d = self._d
         hub = self._hub
         if hub is None:
-            conninfo, kwargs, bound = self._listen_target()
-            made = FinishHub(conninfo, kwargs, d.finish_channel, call_timeout=bound)
-            with self._hub_guard:
+            # One opener: waits that start together used to open a LISTEN connection each and
+            # close all but one (seen as three LISTEN connections at once on a loaded machine).
+            with self._hub_open:
                 hub = self._hub
                 if hub is None:
-                    self._hub = hub = made
-                    d._listeners.append(made)
-            if hub is not made:  # another wait opened one meanwhile
-                made.close()
+                    conninfo, kwargs, bound = self._listen_target()
+                    made = FinishHub(conninfo, kwargs, d.finish_channel, call_timeout=bound)
+                    with self._hub_guard:
+                        self._hub = hub = made
+                        d._listeners.append(made)
         assert hub is not None
         if hub.refused is not None:
             raise NotSupported(hub.refused, "give listen_url the PostgreSQL server itself, or let wait poll")

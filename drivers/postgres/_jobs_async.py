@@ -8,6 +8,7 @@ time decision is the statement's, on the store's clock (F01).
 
 from __future__ import annotations
 
+import asyncio  # sync: drop
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -120,6 +121,8 @@ class AsyncPostgresJobs:
         self._d = driver
         self._hub: AsyncFinishHub | None = None
         self._hub_guard = threading.Lock()
+        self._hub_open: asyncio.Lock | None = None  # sync: self._hub_open = threading.Lock()
+        """Held while the hub opens: concurrent first waits share one LISTEN connection."""
 
     @property
     def clock(self) -> Any:
@@ -396,15 +399,18 @@ class AsyncPostgresJobs:
         d = self._d
         hub = self._hub
         if hub is None:
-            conninfo, kwargs, bound = await self._listen_target()
-            made = await AsyncFinishHub.open(conninfo, kwargs, d.finish_channel, call_timeout=bound)  # sync: made = FinishHub(conninfo, kwargs, d.finish_channel, call_timeout=bound)
-            with self._hub_guard:
+            if self._hub_open is None:  # sync: drop
+                self._hub_open = asyncio.Lock()  # sync: drop
+            # One opener: waits that start together used to open a LISTEN connection each and
+            # close all but one (seen as three LISTEN connections at once on a loaded machine).
+            async with self._hub_open:
                 hub = self._hub
                 if hub is None:
-                    self._hub = hub = made
-                    d._listeners.append(made)
-            if hub is not made:  # another wait opened one meanwhile
-                made.close()
+                    conninfo, kwargs, bound = await self._listen_target()
+                    made = await AsyncFinishHub.open(conninfo, kwargs, d.finish_channel, call_timeout=bound)  # sync: made = FinishHub(conninfo, kwargs, d.finish_channel, call_timeout=bound)
+                    with self._hub_guard:
+                        self._hub = hub = made
+                        d._listeners.append(made)
         assert hub is not None
         if hub.refused is not None:
             raise NotSupported(hub.refused, "give listen_url the PostgreSQL server itself, or let wait poll")

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore.drivers.postgres import PostgresDriver
+from jobcore.drivers.postgres import PostgresDriver, _jobs
 from psycopg import sql
 
 from fixtures import pgbouncer as pb
@@ -155,4 +155,36 @@ def test_waiters_share_one_listening_connection(driver: Any, pool: Any) -> None:
         driver.ack(tokens[job.id], job.payload["n"])
     for waiter in waiters:
         waiter.join(30)
+    assert {job_id: a.result for job_id, a in answers.items()} == {j.id: j.payload["n"] for j in jobs}
+
+
+def test_waits_that_start_together_open_one_listening_connection(
+    driver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five first waits racing while the finish hub is slow to open: one hub is opened, not one per wait."""
+    opened: list[Any] = []
+    real = _jobs.FinishHub
+
+    def slow_hub(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)  # a slow connect: every wait is started before the first hub is up
+        hub = real(*args, **kwargs)
+        opened.append(hub)
+        return hub
+
+    monkeypatch.setattr(_jobs, "FinishHub", slow_hub)
+    jobs = [driver.enqueue("raced", {"n": n}) for n in range(5)]
+    tokens = {c.job.id: c.token for c in driver.claim(["default"], worker_id="w", lease=30, limit=5).claimed}
+    answers: dict[str, Any] = {}
+    waiters = [
+        threading.Thread(target=lambda j=j: answers.__setitem__(j.id, driver.wait(j.id, timeout=60, poll=60)))
+        for j in jobs
+    ]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.6)
+    for job in jobs:
+        driver.ack(tokens[job.id], job.payload["n"])
+    for waiter in waiters:
+        waiter.join(30)
+    assert len(opened) == 1
     assert {job_id: a.result for job_id, a in answers.items()} == {j.id: j.payload["n"] for j in jobs}
