@@ -131,9 +131,9 @@ def test_a_pooled_listen_url_falls_back_to_polling(request: pytest.FixtureReques
         fx.drop_schema(pool, schema)
 
 
-def test_waiters_share_one_listening_connection(driver: Any, pool: Any) -> None:
-    """Five waits at once hold one LISTEN connection between them (the driver's finish hub), and all answer."""
-    jobs = [driver.enqueue("shared", {"n": n}) for n in range(5)]
+def _five_waiting(driver: Any, name: str) -> tuple[list[Any], dict[str, Any], dict[str, Any], list[threading.Thread]]:
+    """Five claimed jobs of ``name``, each with a thread started waiting on it: (jobs, tokens, answers, threads)."""
+    jobs = [driver.enqueue(name, {"n": n}) for n in range(5)]
     tokens = {c.job.id: c.token for c in driver.claim(["default"], worker_id="w", lease=30, limit=5).claimed}
     answers: dict[str, Any] = {}
     waiters = [
@@ -142,6 +142,12 @@ def test_waiters_share_one_listening_connection(driver: Any, pool: Any) -> None:
     ]
     for waiter in waiters:
         waiter.start()
+    return jobs, tokens, answers, waiters
+
+
+def test_waiters_share_one_listening_connection(driver: Any, pool: Any) -> None:
+    """Five waits at once hold one LISTEN connection between them (the driver's finish hub), and all answer."""
+    jobs, tokens, answers, waiters = _five_waiting(driver, "shared")
     deadline = time.monotonic() + 10
     while not all(_waited(driver, pool, j.id) for j in jobs) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -172,15 +178,7 @@ def test_waits_that_start_together_open_one_listening_connection(
         return hub
 
     monkeypatch.setattr(_jobs, "FinishHub", slow_hub)
-    jobs = [driver.enqueue("raced", {"n": n}) for n in range(5)]
-    tokens = {c.job.id: c.token for c in driver.claim(["default"], worker_id="w", lease=30, limit=5).claimed}
-    answers: dict[str, Any] = {}
-    waiters = [
-        threading.Thread(target=lambda j=j: answers.__setitem__(j.id, driver.wait(j.id, timeout=60, poll=60)))
-        for j in jobs
-    ]
-    for waiter in waiters:
-        waiter.start()
+    jobs, tokens, answers, waiters = _five_waiting(driver, "raced")
     time.sleep(0.6)
     for job in jobs:
         driver.ack(tokens[job.id], job.payload["n"])
