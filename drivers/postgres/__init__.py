@@ -70,7 +70,7 @@ from jobcore.errors import (
 )
 from jobcore.records import Job, Migration
 
-from . import _lean, _schema
+from . import _lean, _lean_wire, _schema
 from ._async_driver import AsyncPostgresDriver
 from ._config import (
     check_pooler,
@@ -202,7 +202,7 @@ class PostgresDriver(FrontDoor):
     _owns_pool: bool
     q: Statements
     lean: dict[bytes, tuple[bytes, tuple[str, ...]]]
-    """The statements that take the lean path (:mod:`._lean`), by their rendered text."""
+    """The statements that take the lean path (:mod:`._lean_wire`), by their rendered text."""
     channel: str
     finish_channel: str
     _schema_ok: bool
@@ -319,7 +319,7 @@ class PostgresDriver(FrontDoor):
                 if pooled.autocommit:
                     lean = self.lean.get(query)
                     if lean is not None:  # a short statement sent once per job: straight through libpq
-                        dumped = _lean.values(pooled, psycopg.Cursor, lean[1], params)
+                        dumped = _lean_wire.values(pooled, psycopg.Cursor, lean[1], params)
                         if dumped is not None:
                             return _lean.run(pooled, lean[0], dumped)
                     cur, text, args = _bound(self.q, pooled, query, params)

@@ -31,7 +31,7 @@ from jobcore.driver import Duration
 from jobcore.errors import BackendUnavailable
 from jobcore.records import Job, Migration
 
-from . import _lean_async, _schema_async
+from . import _lean_async, _lean_wire, _schema_async
 from ._anotify import AsyncListener
 from ._apool import AsyncPool, alive_async, discard
 from ._config import (
@@ -118,7 +118,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
     _owns_pool: bool
     q: Statements
     lean: dict[bytes, tuple[bytes, tuple[str, ...]]]
-    """The statements that take the lean path (:mod:`._lean`), by their rendered text."""
+    """The statements that take the lean path (:mod:`._lean_wire`), by their rendered text."""
     channel: str
     finish_channel: str
     _schema_ok: bool
@@ -239,7 +239,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
                 if pooled.autocommit:
                     lean = self.lean.get(query)
                     if lean is not None:  # a short statement sent once per job: straight through libpq
-                        dumped = _lean_async.values(pooled, psycopg.AsyncCursor, lean[1], params)
+                        dumped = _lean_wire.values(pooled, psycopg.AsyncCursor, lean[1], params)
                         if dumped is not None:
                             return await _lean_async.run(pooled, lean[0], dumped)
                     cur, text, args = _bound(self.q, pooled, query, params)

@@ -179,7 +179,7 @@ def configure(
     """Set up a driver of either flavour from its constructor's arguments, checked (no I/O):
     its timeouts, pooler mode, listen URL, and its pool: ``pool_class`` (jobcore's own) built
     from a connection string, or the caller's ``caller_pool`` (psycopg_pool's, left open)."""
-    from ._lean import lean_forms  # noqa: PLC0415
+    from ._lean_wire import lean_forms  # noqa: PLC0415
     from ._notify import channel_for, finish_channel_for  # noqa: PLC0415
     from ._pool import DEFAULT_CALL_TIMEOUT, connect_kwargs  # noqa: PLC0415 - _pool imports this module's peers
     from ._sql import Statements  # noqa: PLC0415

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _lean, _lean_async, make_pool
+from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver, _lean, _lean_async, _lean_wire, make_pool
 
 from fixtures import postgres as fx
 from jobcore.clock import StoreClock
@@ -73,7 +73,8 @@ def test_a_plain_enqueue_takes_the_lean_path_and_answers_what_was_stored(
     assert jobs[0].payload == {"to": "a@example.com", "n": [1, 2.5, None]}
     assert (jobs[0].state, jobs[0].priority, jobs[0].max_attempts, jobs[0].queue) == ("ready", 3, 7, "q")
     assert len({job.id for job in jobs}) == 3
-    assert _prepared(driver) == [_lean._name(lean_calls[0]).decode()]  # prepared once, on its one connection
+    # Prepared once, on the pool's one connection.
+    assert _prepared(driver) == [_lean_wire.statement_name(lean_calls[0]).decode()]
 
 
 def test_what_the_lean_path_cannot_send_takes_the_cursor(
