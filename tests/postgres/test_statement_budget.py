@@ -98,18 +98,33 @@ def _names(driver: PostgresDriver, sent: list[bytes]) -> list[str]:
 
 
 def test_enqueue_is_one_statement_single_or_batch(counted: tuple[PostgresDriver, Recorder]) -> None:
-    """One job, one statement; a batch of any size, one statement; keyed ones too."""
+    """One job, one statement; a batch of any size, one statement; keyed ones too.
+
+    A connection the pool opens meanwhile sends its set-up (SESSION) through the same cursor
+    class: psycopg_pool grows in the background when a checkout finds no idle connection,
+    which a loaded machine made happen once in CI. That is the pool's statement, not the
+    verb's: it is counted apart, and it can happen at most once per connection the pool may add.
+    """
     driver, recorder = counted
+    setups = 0
+
+    def verbs() -> list[str]:
+        nonlocal setups
+        names = _names(driver, recorder.take())
+        setups += names.count("SESSION")
+        return [name for name in names if name != "SESSION"]
+
     driver.enqueue("budget", {"n": 0})
-    assert _names(driver, recorder.take()) == ["ENQUEUE_ONE"]
+    assert verbs() == ["ENQUEUE_ONE"]
     driver.enqueue("budget", {"n": 1}, key="k1")
-    assert _names(driver, recorder.take()) == ["ENQUEUE"]
+    assert verbs() == ["ENQUEUE"]
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
-    assert _names(driver, recorder.take()) == ["ENQUEUE_UNIFORM"]
+    assert verbs() == ["ENQUEUE_UNIFORM"]
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}, "priority": i % 3} for i in range(JOBS)])
-    assert _names(driver, recorder.take()) == ["ENQUEUE_MANY"]
+    assert verbs() == ["ENQUEUE_MANY"]
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}, "key": f"b{i}"} for i in range(JOBS)])
-    assert _names(driver, recorder.take()) == ["ENQUEUE"]
+    assert verbs() == ["ENQUEUE"]
+    assert setups <= 3  # the pool's max_size of 4, less the connection already open
 
 
 @pytest.mark.parametrize("landed_only", [False, True], ids=["jobs", "landed_only"])
