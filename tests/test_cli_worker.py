@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -11,12 +12,14 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jobcore.drivers.memory import MemoryDriver
 
 from jobcore.cli import _process, main
 from jobcore.cli._process import BatchedStderrHandler
+from jobcore.cli.worker import GC_YOUNG_THRESHOLD
 from jobcore.records import JobState
 from jobcore.registry import default_registry
 
@@ -205,3 +208,50 @@ def test_batched_stderr_writes_a_warning_at_once_after_what_waited() -> None:
     handler.handle(_record(logging.INFO, "c"))
     handler.close()
     assert "".join(stream.writes) == "INFO a\nWARNING b\nINFO c\n"
+
+
+@pytest.fixture
+def gc_thresholds() -> Any:
+    """Python's thresholds for the test, whatever the suite set; the suite's own restored after."""
+    saved = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    yield
+    gc.set_threshold(*saved)
+
+
+def _run_once(module: Path) -> None:
+    """``jobcore worker MODULE`` until one job of it has run, then stopped by a handler's SystemExit."""
+    driver = MemoryDriver()
+    codes: list[int] = []
+    runner = threading.Thread(
+        target=lambda: codes.append(main(["worker", str(module), "--poll-interval", "0.05"], driver=driver)),
+    )
+    runner.start()
+    driver.enqueue("cli.hello", "ada", queue="cli")
+    driver.enqueue("cli.hello", "stop", queue="cli")
+    runner.join(10)
+    assert codes == [0]
+
+
+def test_worker_command_collects_young_objects_less_often(gc_thresholds: None, jobs_file: Path) -> None:
+    """The worker process raises the youngest generation's threshold from Python's 700 (issue 22)."""
+    _run_once(jobs_file)
+    assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
+
+
+def test_worker_command_keeps_the_gc_thresholds_a_jobs_module_sets(gc_thresholds: None, jobs_file: Path) -> None:
+    """Thresholds the jobs module set when imported are its own: the worker leaves them."""
+    jobs_file.write_text("import gc\ngc.set_threshold(1234, 5, 5)\n" + JOBS)
+    _run_once(jobs_file)
+    assert gc.get_threshold() == (1234, 5, 5)
+
+
+def test_worker_command_leaves_a_collector_turned_off_off(gc_thresholds: None, jobs_file: Path) -> None:
+    """A jobs module (or a process) that turned the collector off keeps it off, thresholds unchanged."""
+    gc.disable()
+    try:
+        _run_once(jobs_file)
+        assert not gc.isenabled()
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.enable()

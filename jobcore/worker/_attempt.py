@@ -83,8 +83,8 @@ class Attempt:
     """One claimed job while this worker holds it; its status moves only through :meth:`Attempts.move`."""
 
     __slots__ = (
-        "claimed", "ctx", "deadline", "handle", "held", "job", "log", "next_beat", "progress_due", "progress_sent",
-        "renewed_at", "slot_holder", "slot_key", "span", "started_at", "status", "task",
+        "__weakref__", "claimed", "ctx", "deadline", "handle", "held", "job", "log", "next_beat", "progress_due",
+        "progress_sent", "renewed_at", "slot_holder", "slot_key", "span", "started_at", "status", "task",
     )
 
     def __init__(

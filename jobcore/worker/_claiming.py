@@ -13,10 +13,12 @@ before its handler runs, and only while its local deadline is at least a margin 
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue as queue_mod
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -279,7 +281,7 @@ class Claimer:
         handle, _missing = find_handler(w.registry, job, log)
         ctx = JobContext(job, claimed.token, log=log)
         attempt = Attempt(claimed, handle, ctx, log, renewed_at=renewed_at, held=held)
-        ctx.lease_left = lambda: w._leases.deadline(attempt) - w._timer()
+        ctx.lease_left = functools.partial(w._leases.time_left, weakref.ref(attempt))  # no cycle: see time_left
         attempt.next_beat = attempt.started_at + w.heartbeat_interval
         return attempt
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from jobcore import events
@@ -47,6 +48,17 @@ class Leases:
     def deadline(self, attempt: Attempt) -> float:
         """The attempt's local deadline (F02): last landed renewal sent + lease - margin."""
         return attempt.renewed_at + self._w._lease_s - self._w._margin_s
+
+    def time_left(self, ref: weakref.ReferenceType[Attempt]) -> float:
+        """Seconds to the attempt's local deadline (its context's ``lease_left``); 0 once it is gone.
+
+        The context holds the attempt weakly: the attempt holds its context, and a cycle
+        between them would leave every finished attempt (its job, claim, logger and
+        context) to the cyclic garbage collector, whose passes then cost more than the
+        rest of a short job's bookkeeping.
+        """
+        attempt = ref()
+        return 0.0 if attempt is None else self.deadline(attempt) - self._w._timer()
 
     def keeper(self) -> None:
         """Hold every attempt to its local deadline (F02) and its handler timeout.
