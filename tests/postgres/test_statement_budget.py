@@ -97,22 +97,33 @@ def _names(driver: PostgresDriver, sent: list[bytes]) -> list[str]:
     return [known.get(text, "LISTEN" if b"LISTEN" in text[:40] else "?") for text in sent]
 
 
-def test_enqueue_is_one_statement_single_or_batch(counted: tuple[PostgresDriver, Recorder]) -> None:
-    """One job, one statement; a batch of any size, one statement; keyed ones too.
+class Verbs:
+    """The statements the verbs sent since the last :meth:`take`, by name.
 
     A connection the pool opens meanwhile sends its set-up (SESSION) through the same cursor
     class: psycopg_pool grows in the background when a checkout finds no idle connection,
-    which a loaded machine made happen once in CI. That is the pool's statement, not the
-    verb's: it is counted apart, and it can happen at most once per connection the pool may add.
+    which a loaded machine made happen in CI. That is the pool's statement, not a verb's: it
+    is counted apart (:attr:`setups`), at most once per connection the pool may add.
     """
-    driver, recorder = counted
-    setups = 0
 
-    def verbs() -> list[str]:
-        nonlocal setups
-        names = _names(driver, recorder.take())
-        setups += names.count("SESSION")
+    MOST_SETUPS = 3
+    """The ``counted`` pool's max_size of 4, less the connection already open."""
+
+    def __init__(self, counted: tuple[PostgresDriver, Recorder]) -> None:
+        self.driver, self.recorder = counted
+        self.setups = 0
+
+    def take(self) -> list[str]:
+        names = _names(self.driver, self.recorder.take())
+        self.setups += names.count("SESSION")
         return [name for name in names if name != "SESSION"]
+
+
+def test_enqueue_is_one_statement_single_or_batch(counted: tuple[PostgresDriver, Recorder]) -> None:
+    """One job, one statement; a batch of any size, one statement; keyed ones too."""
+    driver, _ = counted
+    sent = Verbs(counted)
+    verbs = sent.take
 
     driver.enqueue("budget", {"n": 0})
     assert verbs() == ["ENQUEUE_ONE"]
@@ -124,7 +135,7 @@ def test_enqueue_is_one_statement_single_or_batch(counted: tuple[PostgresDriver,
     assert verbs() == ["ENQUEUE_MANY"]
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}, "key": f"b{i}"} for i in range(JOBS)])
     assert verbs() == ["ENQUEUE"]
-    assert setups <= 3  # the pool's max_size of 4, less the connection already open
+    assert sent.setups <= Verbs.MOST_SETUPS
 
 
 @pytest.mark.parametrize("landed_only", [False, True], ids=["jobs", "landed_only"])
@@ -134,9 +145,10 @@ def test_a_claimed_and_settled_job_costs_two_statements_per_batch(
 ) -> None:
     """claim(limit=batch) + ack_many (answering jobs, or landed flags as the worker asks):
     2 / batch statements per job, each ack fenced on its token."""
-    driver, recorder = counted
+    driver, _ = counted
+    sent = Verbs(counted)
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
-    recorder.take()
+    sent.take()
     settled = 0
     while settled < JOBS:
         claimed = driver.claim(["default"], worker_id="w-budget", limit=batch, lease=60).claimed
@@ -146,7 +158,7 @@ def test_a_claimed_and_settled_job_costs_two_statements_per_batch(
         else:
             assert all(a is not None for a in driver.ack_many(pairs))
         settled += len(claimed)
-    names = _names(driver, recorder.take())
+    names = sent.take()
     batches = math.ceil(JOBS / batch)
     assert names == ["CLAIM", "ACK_MANY_LANDED" if landed_only else "ACK_MANY"] * batches
     assert len(names) / JOBS == CLAIM_AND_SETTLE_PER_BATCH / batch
@@ -154,12 +166,13 @@ def test_a_claimed_and_settled_job_costs_two_statements_per_batch(
     driver.enqueue("budget", None)
     token = driver.claim(["default"], worker_id="w-budget", lease=60).claimed[0].token
     stale = attrs.evolve(token, claim_no=token.claim_no - 1)
-    recorder.take()
+    sent.take()
     answers = driver.ack_many([(stale, "stale"), (token, "ok")])
     assert answers[0] is None
     assert answers[1] is not None
     assert answers[1].result == "ok"
-    assert _names(driver, recorder.take()) == ["ACK_MANY"]
+    assert sent.take() == ["ACK_MANY"]
+    assert sent.setups <= Verbs.MOST_SETUPS
 
 
 @pytest.mark.parametrize("batch", [1, 10, 100])
@@ -167,28 +180,32 @@ def test_a_held_claim_started_and_settled_costs_three_statements_per_batch(
     counted: tuple[PostgresDriver, Recorder], batch: int
 ) -> None:
     """claim(start=False) + start + ack_many(landed_only): 3 / batch statements per job."""
-    driver, recorder = counted
+    driver, _ = counted
+    sent = Verbs(counted)
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(JOBS)])
-    recorder.take()
+    sent.take()
     settled = 0
     while settled < JOBS:
         claimed = driver.claim(["default"], worker_id="w-budget", limit=batch, lease=60, start=False).claimed
         assert driver.start([c.token for c in claimed]) == [True] * len(claimed)
         assert driver.ack_many([(c.token, None) for c in claimed], landed_only=True) == [True] * len(claimed)
         settled += len(claimed)
-    names = _names(driver, recorder.take())
+    names = sent.take()
     assert names == ["CLAIM", "START", "ACK_MANY_LANDED"] * math.ceil(JOBS / batch)
     assert len(names) / JOBS == HELD_CLAIM_START_AND_SETTLE_PER_BATCH / batch
+    assert sent.setups <= Verbs.MOST_SETUPS
 
 
 def test_nack_and_heartbeat_are_one_statement_each(counted: tuple[PostgresDriver, Recorder]) -> None:
-    driver, recorder = counted
+    driver, _ = counted
+    sent = Verbs(counted)
     driver.enqueue("budget", None)
     token = driver.claim(["default"], worker_id="w-budget", lease=60).claimed[0].token
-    recorder.take()
+    sent.take()
     assert driver.heartbeat(token, 60)
     assert driver.nack(token, "boom") is not None
-    assert _names(driver, recorder.take()) == ["HEARTBEAT", "NACK"]
+    assert sent.take() == ["HEARTBEAT", "NACK"]
+    assert sent.setups <= Verbs.MOST_SETUPS
 
 
 def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDriver, Recorder]) -> None:
@@ -247,11 +264,12 @@ def test_progress_is_one_statement_and_the_worker_throttles_it(counted: tuple[Po
     second costs at most one PROGRESS per ``progress_interval`` plus the final one, and nothing
     else per report (the job without reports, above, costs none)."""
     driver, recorder = counted
+    sent = Verbs(counted)
     driver.enqueue("budget", None)
     token = driver.claim(["default"], worker_id="w-budget", lease=60).claimed[0].token
-    recorder.take()
+    sent.take()
     assert driver.progress(token, 0.5, "half")
-    assert _names(driver, recorder.take()) == ["PROGRESS"]
+    assert sent.take() == ["PROGRESS"]
     assert driver.ack(token) is not None
 
     registry = Registry()

@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,18 +125,36 @@ class Reader:
             driver.close()
 
     def start_and_stop(self, module: str) -> None:
-        """Run a long-running module of the page until it logs its start, then SIGTERM it: it must drain."""
+        """Run a long-running module of the page until it logs its start, then SIGTERM it: it must drain.
+
+        The page's module configures no logging, so the reader's Python shows WARNING and
+        above only; here a ``sitecustomize`` shows INFO too, so the test sees the worker's start
+        line and sends the signal once the worker is running, however slowly a loaded machine
+        started it (a fixed 3 s wait once signalled a worker still importing)."""
+        shim = self.project / "_shim"
+        shim.mkdir(exist_ok=True)
+        (shim / "sitecustomize.py").write_text("import logging\nlogging.basicConfig(level=logging.INFO)\n")
+        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(shim), self.env["PYTHONPATH"]])}
+        lines: list[str] = []
         with subprocess.Popen(
-            [sys.executable, "-m", module], cwd=self.project, env=self.env, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", module], cwd=self.project, env=env, stderr=subprocess.PIPE, text=True,
         ) as proc:
+            assert proc.stderr is not None
+            reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+            reader.start()
             try:
-                time.sleep(3)
-                assert proc.poll() is None, proc.communicate()[1]
+                deadline = time.monotonic() + 60
+                while not any(" started on " in line for line in list(lines)):
+                    assert proc.poll() is None, "".join(lines)
+                    assert time.monotonic() < deadline, f"no start line in 60 s: {''.join(lines)}"
+                    time.sleep(0.05)
                 proc.send_signal(signal.SIGTERM)
-                log = proc.communicate(timeout=30)[1]
+                proc.wait(timeout=30)
+                reader.join(10)
             finally:
                 if proc.poll() is None:
                     proc.kill()
+        log = "".join(lines)
         assert proc.returncode == 0, log
         assert "SIGTERM received: draining" in log, log
 
