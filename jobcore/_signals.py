@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
-__all__ = ["defaults_in_place", "on_stop_signals"]
+__all__ = ["STOP_SIGNALS", "at_default", "on_stop_signals"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a worker or a scheduler: the first drains, the second abandons."""
 
 
-def on_stop_signals(handler: Callable[[signal.Signals], None]) -> Callable[[], None]:
-    """Call ``handler`` on each SIGINT and SIGTERM; answers an undo function that puts the previous
-    handlers back. Off the main thread (where Python cannot take signals) it installs nothing."""
+def on_stop_signals(
+    handler: Callable[[signal.Signals], None], signals: Iterable[signal.Signals] = STOP_SIGNALS,
+) -> Callable[[], None]:
+    """Call ``handler`` on each of ``signals`` (default SIGINT and SIGTERM); answers an undo
+    function that puts the previous handlers back. Off the main thread (where Python cannot
+    take signals) it installs nothing."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         handler(signal.Signals(signum))
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
 
     def restore() -> None:
         for sig, old in previous.items():
@@ -28,8 +34,16 @@ def on_stop_signals(handler: Callable[[signal.Signals], None]) -> Callable[[], N
     return restore
 
 
-def defaults_in_place() -> bool:
-    """Whether SIGINT and SIGTERM still have Python's default handlers (nobody installed their own)."""
-    return signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGTERM) in (
-        signal.SIG_DFL, None,
-    )
+def at_default() -> tuple[signal.Signals, ...]:
+    """The stop signals whose handling nobody changed: SIGINT with Python's own handler (or the
+    system default), SIGTERM with the system default.
+
+    A signal the program handles itself is its own, and one that is ignored stays ignored: a
+    shell script starts a background job (``python -m app.worker &``) with SIGINT ignored,
+    and that must not cost the worker its SIGTERM drain.
+    """
+    defaults: dict[signal.Signals, tuple[object, ...]] = {
+        signal.SIGINT: (signal.default_int_handler, signal.SIG_DFL),
+        signal.SIGTERM: (signal.SIG_DFL, None),
+    }
+    return tuple(sig for sig in STOP_SIGNALS if signal.getsignal(sig) in defaults[sig])

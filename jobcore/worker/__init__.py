@@ -62,12 +62,12 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobcore import validate as v
-from jobcore._signals import defaults_in_place, on_stop_signals
+from jobcore._signals import STOP_SIGNALS, at_default, on_stop_signals
 from jobcore.clock import monotonic_of, to_millis
 from jobcore.current import get_job_driver
 from jobcore.driver import Duration, JobDriver, Subscription
@@ -292,25 +292,27 @@ class Worker:
     def run(self, *, stop_signals: bool = True) -> None:
         """Run the claim loop in this thread until stopped, then drain (W04).
 
-        In the main thread, while SIGINT and SIGTERM still have Python's default handlers,
-        the first of them drains the worker and a second abandons in-flight jobs
+        In the main thread, each of SIGINT and SIGTERM whose handling the program left as it
+        was (not handled by the program, not ignored: a shell starts a background job with
+        SIGINT ignored) drains the worker, and a second signal abandons in-flight jobs
         (:meth:`stop_on_signals`); ``stop_signals=False`` leaves signals alone.
         """
         with self._lock:
             if self._started:
                 raise RuntimeError("this worker was already started; make a new one")
             self._started = True
-        restore = self.stop_on_signals() if stop_signals and defaults_in_place() else None
+        chosen = at_default() if stop_signals else ()
+        restore = self.stop_on_signals(chosen) if chosen else None
         try:
             self._run()
         finally:
             if restore is not None:
                 restore()
 
-    def stop_on_signals(self) -> Callable[[], None]:
-        """Make SIGTERM/SIGINT drain this worker and a second one abandon in-flight jobs (the
-        main thread only; elsewhere nothing is installed). Answers a function putting the
-        previous handlers back."""
+    def stop_on_signals(self, signals: Iterable[signal.Signals] = STOP_SIGNALS) -> Callable[[], None]:
+        """Make ``signals`` (default SIGTERM and SIGINT) drain this worker and a second one
+        abandon in-flight jobs (the main thread only; elsewhere nothing is installed). Answers a
+        function putting the previous handlers back."""
         received: list[signal.Signals] = []
 
         def on_signal(sig: signal.Signals) -> None:
@@ -322,7 +324,7 @@ class Worker:
                 self.log.warning("%s received again: abandoning in-flight jobs", sig.name)
                 self.request_stop(drain_timeout=0)
 
-        return on_stop_signals(on_signal)
+        return on_stop_signals(on_signal, signals)
 
     def request_stop(self, drain_timeout: float | None = None) -> None:
         """Ask the worker to stop claiming and drain; returns at once (safe in signal handlers).

@@ -130,7 +130,7 @@ class Reader:
         The page's module configures no logging, so the reader's Python shows WARNING and
         above only; here a ``sitecustomize`` shows INFO too, so the test sees the worker's start
         line and sends the signal once the worker is running, however slowly a loaded machine
-        started it (a fixed 3 s wait once signalled a worker still importing)."""
+        started it, not after a fixed 3 s."""
         shim = self.project / "_shim"
         shim.mkdir(exist_ok=True)
         (shim / "sitecustomize.py").write_text("import logging\nlogging.basicConfig(level=logging.INFO)\n")
