@@ -3,8 +3,6 @@ the settled jobs; full answers for ``on_settled`` and for drivers without the ca
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,6 +12,7 @@ from jobcore.drivers.memory import MemoryDriver
 from jobcore.records import ClaimToken, Job, JobState
 from jobcore.registry import Registry
 from jobcore.worker import Worker
+from tests.worker_run import run_until_done
 
 
 class RecordingDriver(MemoryDriver):
@@ -41,14 +40,7 @@ def _drain(driver: MemoryDriver, jobs: int, on_settled: Any = None) -> tuple[Wor
         ["default"], driver=driver, registry=registry, poll_interval=0.01, rescue_interval=None, retention=None,
         scheduler=False, on_settled=on_settled,
     )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while driver.introspect.stats().count(JobState.DONE) < jobs:
-        assert time.monotonic() < deadline, "the worker did not finish the jobs"
-        time.sleep(0.01)
-    worker.request_stop()
-    thread.join(10)
+    run_until_done(worker, driver, jobs)
     return worker, registry
 
 
@@ -117,14 +109,7 @@ def test_a_wrapper_without_the_capability_gets_plain_acks() -> None:
         ["default"], driver=wrapper, registry=registry, poll_interval=0.01, rescue_interval=None,  # type: ignore[arg-type]
         retention=None, scheduler=False,
     )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while inner.introspect.stats().count(JobState.DONE) < 10:
-        assert time.monotonic() < deadline, "the worker did not finish the jobs through the wrapper"
-        time.sleep(0.01)
-    worker.request_stop()
-    thread.join(10)
+    run_until_done(worker, inner, 10, "the jobs through the wrapper")
     assert wrapper.acks >= 1
     assert worker.counts["completed"] == 10
     assert worker.counts["settle_errors"] == 0

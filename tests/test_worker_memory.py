@@ -5,7 +5,6 @@ cost a busy worker more than the rest of a short job's bookkeeping."""
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,10 +12,10 @@ from typing import Any
 import pytest
 from jobcore.drivers.memory import MemoryDriver
 
-from jobcore.records import JobState
 from jobcore.registry import JobContext, Registry
 from jobcore.worker import Worker
 from jobcore.worker._attempt import Attempt
+from tests.worker_run import run_until_done
 
 
 @pytest.fixture
@@ -63,15 +62,7 @@ def test_finished_attempts_are_freed_without_the_cyclic_collector(no_cyclic_gc: 
         ["default"], driver=driver, registry=registry, poll_interval=0.01, rescue_interval=None, retention=None,
         scheduler=False, summary_interval=None,
     )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while driver.introspect.stats().count(JobState.DONE) < 30:
-        assert time.monotonic() < deadline, "the worker did not finish the jobs"
-        time.sleep(0.01)
-    worker.request_stop()
-    thread.join(10)
-    assert not thread.is_alive()
+    run_until_done(worker, driver, 30)
 
     assert len(seen) == 30
     assert all(left is not None and 0 < left <= worker.lease.total_seconds() for left in seen)
