@@ -12,7 +12,6 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from jobcore.drivers.memory import MemoryDriver
@@ -211,12 +210,9 @@ def test_batched_stderr_writes_a_warning_at_once_after_what_waited() -> None:
 
 
 @pytest.fixture
-def gc_thresholds() -> Any:
-    """Python's thresholds for the test, whatever the suite set; the suite's own restored after."""
-    saved = gc.get_threshold()
+def gc_thresholds() -> None:
+    """Python's thresholds for the test (tests/conftest.py puts the suite's back after it)."""
     gc.set_threshold(700, 10, 10)
-    yield
-    gc.set_threshold(*saved)
 
 
 def _run_once(module: Path) -> None:
