@@ -14,9 +14,9 @@ MongoDB's ``maxPoolSize``), plus, on PostgreSQL with wake-ups, one LISTEN connec
 is given. See docs/deploy.md for the arithmetic of a fleet.
 
 Garbage collection. The worker process runs the cyclic garbage collector's youngest
-generation every :data:`GC_YOUNG_THRESHOLD` allocations instead of Python's 700, unless
-the jobs module set its own thresholds (``gc.set_threshold``) when imported: see
-:func:`tune_gc`.
+generation every :data:`GC_YOUNG_THRESHOLD` allocations instead of Python's default (700;
+2,000 from 3.13), unless the jobs module set its own thresholds (``gc.set_threshold``) when
+imported: see :func:`tune_gc`.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ GC_YOUNG_THRESHOLD = 7000
 """Allocations between two collections of the youngest generation in a worker process.
 
 A claimed batch (a hundred jobs, each with its record, claim, attempt and context) lives
-a few milliseconds. At Python's 700 the collector ran several times inside each batch,
+a few milliseconds. At Python's default of 700 the collector ran several times inside each batch,
 moved its objects into the older generations, and so brought on full collections of the
 whole heap: in a 4-process drain on PostgreSQL that was 4 to 5 microseconds of a job's 36
 (docs/benchmarks.md). At 7,000 most batches are freed by reference counting before a
 collection sees them."""
+
 
 def register(subparsers: Any) -> None:
     """Add the ``worker`` sub-command."""
