@@ -7,8 +7,10 @@ The peers: Procrastinate, PGQueuer, oban-py, SAQ (its PostgreSQL queue) and Chan
 "limit" is no queue: the same drains done by a bare loop of batch-claim and batch-ack SQL on
 jobcore's schema with the same fencing (:func:`limit_worker`), so the table shows jobcore
 as a share of what the server allows on this machine. "driver" is jobcore's own driver in
-such a loop, no worker around it (:func:`driver_loop`): between the two, where the share
-the limit leaves goes (jobcore's statements and records, or its worker).
+such a loop, no worker around it (:func:`driver_loop`); "bare" is that loop with the handler
+called and the completion line logged per job, and nothing else (:func:`bare_worker`). Between
+them, where the share the limit leaves goes: jobcore's statements and records, the per-job
+call and log line every worker has, and the rest of jobcore's worker.
 
 What it does, in one run:
 
@@ -50,8 +52,8 @@ The module doubles as the peers' application module (``procrastinate --app
 peers.procrastinate_app``, ``pgq run peers:pgqueuer_factory``, oban-py's worker class
 ``peers.ObanNoop``, ``saq peers.saq_settings``, ``chancy --app peers.chancy_app``,
 ``jobcore worker bench/peers.py``), as the enqueue agent each system's interpreter runs
-(``--agent SYSTEM ACTION``) and as the limit's and the driver loop's workers (``--limit-worker URL``,
-``--driver-loop URL``), so its top
+(``--agent SYSTEM ACTION``) and as the limit's, the driver loop's and the bare worker loop's
+workers (``--limit-worker URL``, ``--driver-loop URL``, ``--bare-worker URL``), so its top
 level imports the standard library only.
 """
 
@@ -98,7 +100,7 @@ OBAN_PINS = ("oban==0.7.0", "psycopg[binary]==3.3.9", "psycopg-pool==3.3.3", "uv
 """oban-py needs Python 3.12 or newer: its own virtualenv (``--oban-venv``), built from
 ``--oban-python`` (default: the first python3.12 or python3.13 found)."""
 
-SYSTEMS = ("jobcore", "limit", "driver", "procrastinate", "pgqueuer", "oban", "saq", "chancy")
+SYSTEMS = ("jobcore", "limit", "driver", "bare", "procrastinate", "pgqueuer", "oban", "saq", "chancy")
 PEERS = ("procrastinate", "pgqueuer", "oban", "saq", "chancy")
 LIMIT = "limit"
 """Not a queue: a bare loop of batch-claim and batch-ack SQL on jobcore's schema, with the
@@ -108,7 +110,12 @@ DRIVER = "driver"
 """Not a queue either: jobcore's own driver in the limit's loop (:func:`driver_loop`), drains only.
 Its share of the limit is what jobcore's statements and records leave; the rest of the gap
 to jobcore's drain is its worker's (handler threads, leases, logs, events)."""
-DRAIN_ONLY = (LIMIT, DRIVER)
+BARE = "bare"
+"""Not a queue either: the driver loop plus the two things every worker does per job, and
+nothing else (:func:`bare_worker`): the handler called and the completion line logged as
+``jobcore worker`` logs it. No attempts, slots, runner threads, leases, retries or F rules:
+its share of the limit is a ceiling for any worker on jobcore's driver that logs a line per job."""
+DRAIN_ONLY = (LIMIT, DRIVER, BARE)
 """Systems measured on the drains alone; their queues are filled by jobcore's ``enqueue_many``."""
 SLOW = ("procrastinate", "saq", "chancy")
 """Peers whose drains run one to two orders of magnitude below jobcore's (20 to 100 times
@@ -163,6 +170,7 @@ for _table in (QUEUE_TABLE, DONE_SQL, TALLY_SQL, DONE_KEY):
     _table[BASE] = _table["jobcore"]
     _table[LIMIT] = _table["jobcore"]
     _table[DRIVER] = _table["jobcore"]
+    _table[BARE] = _table["jobcore"]
 QUEUED_SQL = {system: f"SELECT count(*) FROM {table}" for system, table in QUEUE_TABLE.items()}
 EMPTY_SQL = {
     "jobcore": "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
@@ -175,6 +183,7 @@ EMPTY_SQL = {
     "chancy": "TRUNCATE chancy_jobs CASCADE",
     LIMIT: "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
     DRIVER: "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
+    BARE: "TRUNCATE jobcore.jobs, jobcore.leases RESTART IDENTITY",
 }
 
 
@@ -742,6 +751,47 @@ def driver_loop(url: str) -> None:
         driver.ack_many([(one.token, None) for one in got.claimed], landed_only=True)
 
 
+def bare_worker(url: str) -> None:
+    """``peers.py --bare-worker URL``: :func:`driver_loop` plus what every worker does per job,
+    nothing else: the job's handler called with its payload (the no-op ``jobcore worker`` runs
+    here, found by name) and its completion logged as ``jobcore worker`` logs it (the
+    ``settled`` event, at INFO, through the CLI's stderr handler and format). No attempts,
+    slots, runner threads, leases, retries or events hooks: no F rule is kept. So its share of
+    the limit bounds any worker on jobcore's driver that logs a line per job."""
+    import logging  # noqa: PLC0415 - the harness's interpreter, like the limit's
+    from datetime import timedelta  # noqa: PLC0415
+
+    from jobcore import connect, events  # noqa: PLC0415
+    from jobcore.cli._process import configure_logging  # noqa: PLC0415
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    configure_logging("INFO")
+    worker = f"bare-{os.getpid()}"
+    lease = timedelta(seconds=30)
+    handlers = {JOB_NAME: _jobcore_handle().fn}
+    emit, info = events.emit, logging.INFO
+    driver: Any = connect(url)
+    while True:
+        got = driver.claim(["default"], worker_id=worker, limit=LIMIT_BATCH, lease=lease, start=False)
+        if not got.claimed:
+            time.sleep(0.005)
+            continue
+        ran = []
+        for one in got.claimed:
+            job = one.job
+            began = time.monotonic()
+            handlers[job.name](job.payload)
+            ran.append(time.monotonic() - began)
+        landed = driver.ack_many([(one.token, None) for one in got.claimed], landed_only=True)
+        for one, took, ok in zip(got.claimed, ran, landed, strict=True):
+            if ok:  # logged once it landed, as the worker logs it
+                job = one.job
+                emit(
+                    "settled", job, "job %s (%s) %s", job.id, job.name, "completed", level=info,
+                    outcome="completed", error_type=None, duration_s=took, worker_id=worker,
+                )
+
+
 def limit_worker(url: str) -> None:
     """``peers.py --limit-worker URL``: claim ``LIMIT_BATCH`` jobs, ack them all, again, until
     stopped. One connection, autocommit, prepared statements; no handler, no events, no
@@ -892,7 +942,8 @@ class Harness:
 
     def agent_out(self, system: str, action: str, count: int, extra: float) -> dict[str, Any]:
         pythons = {
-            "jobcore": sys.executable, LIMIT: sys.executable, DRIVER: sys.executable, BASE: self.base_python,
+            "jobcore": sys.executable, LIMIT: sys.executable, DRIVER: sys.executable, BARE: sys.executable,
+            BASE: self.base_python,
             "oban": self.oban_python,
         }
         python = str(pythons.get(system) or self.venv_python)
@@ -912,6 +963,8 @@ class Harness:
             return [sys.executable, str(HERE / "peers.py"), "--limit-worker", url]
         if system == DRIVER:
             return [sys.executable, str(HERE / "peers.py"), "--driver-loop", self.url(system, app_name)]
+        if system == BARE:
+            return [sys.executable, str(HERE / "peers.py"), "--bare-worker", self.url(system, app_name)]
         if system == "procrastinate":
             return [str(self.venv_bin / "procrastinate"), "--app=peers.procrastinate_app", "worker"]
         if system == "pgqueuer":
@@ -1320,7 +1373,7 @@ def share_of_limit(results: dict[str, dict[str, float | None]], key: str, system
 
 
 def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...]) -> str:
-    names = {LIMIT: "SQL limit", DRIVER: "jobcore driver loop"}
+    names = {LIMIT: "SQL limit", DRIVER: "jobcore driver loop", BARE: "bare worker loop"}
     head = ["", *(names.get(s, s) for s in systems), "jobcore / best peer"]
     with_limit = LIMIT in systems
     if with_limit:
@@ -1332,11 +1385,13 @@ def table(results: dict[str, dict[str, float | None]], systems: tuple[str, ...])
         note = "n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})"
         cells = [label, *(_fmt(results[s].get(key), key) for s in systems), note]
         if with_limit:
-            share = share_of_limit(results, key) if key in ("drain1", "drain4") else None
-            floor = share_of_limit(results, key, DRIVER) if key in ("drain1", "drain4") else None
-            cells.append(
-                ("" if share is None else f"{share:.0%}") + ("" if floor is None else f" (driver loop {floor:.0%})")
-            )
+            drains = key in ("drain1", "drain4")
+            share = share_of_limit(results, key) if drains else None
+            rungs = [
+                f"{name} {rung:.0%}" for name, system in (("driver loop", DRIVER), ("bare worker loop", BARE))
+                if drains and (rung := share_of_limit(results, key, system)) is not None
+            ]
+            cells.append(("" if share is None else f"{share:.0%}") + (f" ({', '.join(rungs)})" if rungs else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1382,9 +1437,11 @@ def per_run_table(per_run: list[dict[str, dict[str, float | None]]]) -> str:
     keys = (("single", "enqueue one at a time"), ("batch", "batch enqueue"), ("drain1", "drain, 1 worker"),
             ("drain4", "drain, 4 workers"))
     head = ["run", *(label for _, label in keys), "drain, 4 workers / SQL limit"]
-    with_driver = any(row.get(DRIVER, {}).get("drain4") is not None for row in per_run)
-    if with_driver:
-        head.append("driver loop, 4 workers / SQL limit")
+    rungs = [
+        (name, system) for name, system in (("driver loop", DRIVER), ("bare worker loop", BARE))
+        if any(row.get(system, {}).get("drain4") is not None for row in per_run)
+    ]
+    head += [f"{name}, 4 workers / SQL limit" for name, _ in rungs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for number, row in enumerate(per_run, 1):
         cells = [str(number)]
@@ -1394,8 +1451,8 @@ def per_run_table(per_run: list[dict[str, dict[str, float | None]]]) -> str:
             cells.append("n/a" if r is None or best is None else f"{r:.2f}x ({best[0]})")
         share = share_of_limit(row, "drain4")
         cells.append("n/a" if share is None else f"{share:.0%}")
-        if with_driver:
-            floor = share_of_limit(row, "drain4", DRIVER)
+        for _, system in rungs:
+            floor = share_of_limit(row, "drain4", system)
             cells.append("n/a" if floor is None else f"{floor:.0%}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -1630,7 +1687,11 @@ def report(
         "`ack_many(..., landed_only=True)` (as the worker acks), nothing else. Its share of the limit (in",
         "brackets) is what jobcore's statements and records leave; the rest of the way down to jobcore's",
         "drain is its worker's: the handler run on runner threads, the lease bookkeeping, and one",
-        "INFO log line and event per job.",
+        "INFO log line and event per job. \"bare worker loop\" is the driver loop plus the two things",
+        "every worker does per job and nothing else: the handler called with the payload, and the",
+        "completion line logged as `jobcore worker` logs it. It keeps none of the F rules (no attempts,",
+        "slots, threads, leases or retries), so its share of the limit bounds any worker on jobcore's",
+        "driver that logs a line per job.",
         "",
         "Per run (each ratio from one run's figures: jobcore over the fastest peer of that run):",
         "",
@@ -1775,12 +1836,16 @@ def main() -> None:
     parser.add_argument("--agent", nargs=4, metavar=("SYSTEM", "ACTION", "COUNT", "EXTRA"), help=argparse.SUPPRESS)
     parser.add_argument("--limit-worker", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--driver-loop", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-worker", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.limit_worker:
         limit_worker(args.limit_worker)
         return
     if args.driver_loop:
         driver_loop(args.driver_loop)
+        return
+    if args.bare_worker:
+        bare_worker(args.bare_worker)
         return
     if args.agent:
         system, action, count, extra = args.agent
