@@ -728,19 +728,16 @@ WHERE j.id = t.id AND j.state = 'running' AND j.worker_id = %(worker)s AND j.cla
 """Settle a batch, each row fenced on its own token (state, worker, claim number) as jobcore's are."""
 
 
-def driver_loop(url: str) -> None:
-    """``peers.py --driver-loop URL``: :func:`limit_worker`'s loop through jobcore's own driver, no worker.
-
-    Claims ``LIMIT_BATCH`` jobs held (``start=False``, as the worker claims them) and acks
-    them all with ``ack_many(..., landed_only=True)`` (as the worker acks when no
-    ``on_settled`` is set), again, until stopped: no handler, no events, no lease upkeep,
-    no wake-ups (an empty claim polls again after 5 ms)."""
+def _held_batches(url: str, name: str) -> Iterator[tuple[Any, str, list[Any]]]:
+    """Claims through jobcore's own driver, as the worker claims: ``LIMIT_BATCH`` jobs held
+    (``start=False``) at a time, until SIGTERM; yields the driver, the worker id and each
+    non-empty batch (an empty claim polls again after 5 ms: no wake-ups)."""
     from datetime import timedelta  # noqa: PLC0415 - the harness's interpreter, like the limit's
 
     from jobcore import connect  # noqa: PLC0415
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    worker = f"driver-{os.getpid()}"
+    worker = f"{name}-{os.getpid()}"
     lease = timedelta(seconds=30)
     driver: Any = connect(url)
     while True:
@@ -748,7 +745,18 @@ def driver_loop(url: str) -> None:
         if not got.claimed:
             time.sleep(0.005)
             continue
-        driver.ack_many([(one.token, None) for one in got.claimed], landed_only=True)
+        yield driver, worker, got.claimed
+
+
+def driver_loop(url: str) -> None:
+    """``peers.py --driver-loop URL``: :func:`limit_worker`'s loop through jobcore's own driver, no worker.
+
+    Claims ``LIMIT_BATCH`` jobs held (``start=False``, as the worker claims them) and acks
+    them all with ``ack_many(..., landed_only=True)`` (as the worker acks when no
+    ``on_settled`` is set), again, until stopped: no handler, no events, no lease upkeep,
+    no wake-ups (an empty claim polls again after 5 ms)."""
+    for driver, _, claimed in _held_batches(url, "driver"):
+        driver.ack_many([(one.token, None) for one in claimed], landed_only=True)
 
 
 def bare_worker(url: str) -> None:
@@ -759,31 +767,22 @@ def bare_worker(url: str) -> None:
     slots, runner threads, leases, retries or events hooks: no F rule is kept. So its share of
     the limit bounds any worker on jobcore's driver that logs a line per job."""
     import logging  # noqa: PLC0415 - the harness's interpreter, like the limit's
-    from datetime import timedelta  # noqa: PLC0415
 
-    from jobcore import connect, events  # noqa: PLC0415
+    from jobcore import events  # noqa: PLC0415
     from jobcore.cli._process import configure_logging  # noqa: PLC0415
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     configure_logging("INFO")
-    worker = f"bare-{os.getpid()}"
-    lease = timedelta(seconds=30)
     handlers = {JOB_NAME: _jobcore_handle().fn}
     emit, info = events.emit, logging.INFO
-    driver: Any = connect(url)
-    while True:
-        got = driver.claim(["default"], worker_id=worker, limit=LIMIT_BATCH, lease=lease, start=False)
-        if not got.claimed:
-            time.sleep(0.005)
-            continue
+    for driver, worker, claimed in _held_batches(url, "bare"):
         ran = []
-        for one in got.claimed:
+        for one in claimed:
             job = one.job
             began = time.monotonic()
             handlers[job.name](job.payload)
             ran.append(time.monotonic() - began)
-        landed = driver.ack_many([(one.token, None) for one in got.claimed], landed_only=True)
-        for one, took, ok in zip(got.claimed, ran, landed, strict=True):
+        landed = driver.ack_many([(one.token, None) for one in claimed], landed_only=True)
+        for one, took, ok in zip(claimed, ran, landed, strict=True):
             if ok:  # logged once it landed, as the worker logs it
                 job = one.job
                 emit(
