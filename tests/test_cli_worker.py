@@ -150,6 +150,94 @@ def test_worker_command_queues_ignore_blank_names(jobs_file: Path, capsys: pytes
     assert "started on cli (" in capsys.readouterr().err
 
 
+def _run_until_done(jobs_file: Path, capsys: pytest.CaptureFixture[str], *options: str) -> tuple[str, str]:
+    """Run ``jobcore worker`` with ``options`` on a memory driver until one job is done and a
+    summary line counted it, then stop it; answers the job's id and everything it logged."""
+    driver = MemoryDriver()
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(main(
+        ["worker", str(jobs_file), "--poll-interval", "0.05", "--summary-interval", "0.05", *options], driver=driver,
+    )))
+    runner.start()
+    first = driver.enqueue("cli.hello", "ada", queue="cli")
+    err = ""
+    deadline = time.monotonic() + 10
+    while "1 completed" not in err and time.monotonic() < deadline:
+        time.sleep(0.02)
+        err += capsys.readouterr().err
+    driver.enqueue("cli.hello", "stop", queue="cli")
+    runner.join(5)
+    assert codes == [0]
+    assert driver.introspect.get(first.id).state is JobState.DONE  # type: ignore[union-attr]
+    return first.id, err + capsys.readouterr().err
+
+
+def test_worker_command_log_level_sets_a_logger_apart(jobs_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--log-level INFO,jobcore.events=WARNING keeps the banner and the summary lines and drops the
+    line per job; WARNING,jobcore.events=INFO the other way round. The levels are put back after."""
+    events = logging.getLogger("jobcore.events")
+    before = (logging.getLogger().level, events.level)
+    job_id, err = _run_until_done(jobs_file, capsys, "--log-level", "INFO,jobcore.events=WARNING")
+    assert " started on " in err  # the banner
+    assert ": 1 completed, " in err  # the summary line
+    assert f"job {job_id} (cli.hello) completed" not in err
+    assert (logging.getLogger().level, events.level) == before
+
+    job_id, err = _run_until_done(jobs_file, capsys, "--log-level", "warning,jobcore.events=info")
+    assert " started on " not in err
+    assert ": 1 completed, " not in err
+    assert f"[job {job_id} cli.hello] job {job_id} (cli.hello) completed" in err
+    assert (logging.getLogger().level, events.level) == before
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("loud", "'loud' is not a logging level"),
+        ("INFO,jobcore.events=", "'' is not a logging level"),
+        ("51", "'51' is not a logging level"),
+        ("INFO,=WARNING", "'=WARNING' names no logger"),
+        ("INFO,job core=DEBUG", "'job core=DEBUG' names no logger"),
+        ("INFO,DEBUG", "gives the level twice"),
+        ("jobcore=INFO,jobcore=DEBUG", "gives logger jobcore twice"),
+        ("", "names no level"),
+        (" , ", "names no level"),
+    ],
+)
+def test_worker_command_refuses_a_bad_log_level(
+    jobs_file: Path, capsys: pytest.CaptureFixture[str], spec: str, says: str
+) -> None:
+    """A --log-level that is not LEVEL[,LOGGER=LEVEL...] exits 2 with JC_OPTION_INVALID, cause
+    and fix, before the module is imported or a job claimed; no logging is set up."""
+    driver = MemoryDriver()
+    job = driver.enqueue("cli.hello", "ada", queue="cli")
+    handlers = list(logging.getLogger().handlers)
+    assert main(["worker", str(jobs_file), "--log-level", spec], driver=driver) == 2
+    err = capsys.readouterr().err
+    assert f"error JC_OPTION_INVALID: --log-level {spec!r}" in err
+    assert says in err
+    assert "fix: pass a level (DEBUG, INFO, WARNING, ERROR, CRITICAL, or a number 0-50)" in err
+    assert "cli_jobs" not in sys.modules
+    assert logging.getLogger().handlers == handlers
+    assert driver.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
+
+
+def test_log_level_environment_takes_the_same_form(
+    jobs_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JOBCORE_LOG_LEVEL is read as --log-level is, for the worker and the scheduler alike."""
+    assert _process.log_levels("debug, jobcore.events = 25 ,jobcore.worker=Warn") == {
+        "": logging.DEBUG, "jobcore.events": 25, "jobcore.worker": logging.WARNING,
+    }
+    assert _process.log_levels("jobcore.events=ERROR") == {"jobcore.events": logging.ERROR, "": logging.INFO}
+    monkeypatch.setenv("JOBCORE_LOG_LEVEL", "INFO,noisy")
+    assert main(["worker", str(jobs_file)], driver=MemoryDriver()) == 2
+    err = capsys.readouterr().err
+    assert "error JC_OPTION_INVALID: --log-level 'INFO,noisy': 'noisy' is not a logging level" in err
+    assert main(["scheduler", "--url", "memory://"]) == 2
+    assert "error JC_OPTION_INVALID: --log-level 'INFO,noisy'" in capsys.readouterr().err
+
+
 def test_demo_runs_to_completion_and_checks_itself(capsys: pytest.CaptureFixture[str]) -> None:
     """A small demo run on the memory driver finishes, prints the table, and passes its own checks."""
     assert main(["demo", "--jobs", "200", "--workers", "2", "--seconds", "30", "--seed", "1"]) == 0

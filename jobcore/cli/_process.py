@@ -13,17 +13,18 @@ import os
 import sys
 import threading
 import time
+from argparse import ArgumentParser
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from jobcore._signals import on_stop_signals
-from jobcore.errors import ConfigurationError
+from jobcore.errors import ConfigurationError, OptionInvalid
 
 __all__ = [
-    "FLUSH_DELAY", "LOG_FORMAT", "BatchedStderrHandler", "JobFieldsFilter", "configure_logging", "import_jobs",
-    "logging_to_stderr", "on_stop_signals",
+    "FLUSH_DELAY", "LEVEL_NAMES", "LOG_FORMAT", "BatchedStderrHandler", "JobFieldsFilter", "add_log_level_option",
+    "configure_logging", "import_jobs", "log_levels", "logging_to_stderr", "on_stop_signals",
 ]
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [job %(job_id)s %(job_name)s] %(message)s"
@@ -120,15 +121,75 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().close()
 
 
-def configure_logging(level: str = "INFO") -> tuple[logging.Handler, int]:
-    """Log to stderr with :data:`LOG_FORMAT`; answers the handler added and the root's previous level."""
+LEVEL_NAMES = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""The level names ``--log-level`` takes (any case; ``WARN`` and ``FATAL`` too), beside whole numbers 0-50."""
+_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
+_LOG_LEVEL_FIX = (
+    "pass a level (DEBUG, INFO, WARNING, ERROR, CRITICAL, or a number 0-50), optionally followed by "
+    "LOGGER=LEVEL pairs, e.g. --log-level INFO,jobcore.events=WARNING (or set JOBCORE_LOG_LEVEL)"
+)
+
+
+def add_log_level_option(parser: ArgumentParser) -> None:
+    """``--log-level`` of the long-running commands (default ``$JOBCORE_LOG_LEVEL``, else INFO)."""
+    parser.add_argument(
+        "--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), metavar="LEVEL[,LOGGER=LEVEL...]",
+        help="level of what is logged on stderr, then any loggers set apart as LOGGER=LEVEL, e.g. "
+        "INFO,jobcore.events=WARNING (default: $JOBCORE_LOG_LEVEL, else INFO)",
+    )
+
+
+def _level(text: str, spec: str) -> int:
+    name = text.strip().upper()
+    if name.isdigit() and int(name) <= 50:
+        return int(name)
+    name = _LEVEL_ALIASES.get(name, name)
+    if name not in LEVEL_NAMES:
+        raise OptionInvalid(f"--log-level {spec!r:.80}: {text.strip()!r:.40} is not a logging level", _LOG_LEVEL_FIX)
+    return int(getattr(logging, name))
+
+
+def log_levels(spec: str) -> dict[str, int]:
+    """``--log-level``'s value read: the level of each logger it names, ``""`` for the root.
+
+    ``spec`` is comma-separated: a bare level sets the root's (the one stderr shows; INFO
+    when only loggers are named), and ``LOGGER=LEVEL`` sets that logger's, whatever the
+    root's (``INFO,jobcore.events=WARNING``: everything at INFO but the line per job). A
+    level is a name of :data:`LEVEL_NAMES` in any case, or a whole number from 0 to 50.
+    Anything else, a logger or the root named twice, or no level at all, is refused with
+    ``JC_OPTION_INVALID`` before any logging is set up.
+    """
+    levels: dict[str, int] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        logger_name, sep, level_text = item.rpartition("=") if "=" in item else ("", "", item)
+        logger_name = logger_name.strip()
+        if sep and (not logger_name or any(ch.isspace() for ch in logger_name)):
+            raise OptionInvalid(f"--log-level {spec!r:.80}: {item.strip()!r:.60} names no logger", _LOG_LEVEL_FIX)
+        value = _level(level_text, spec)
+        if logger_name in levels:
+            what = f"logger {logger_name}" if logger_name else "the level"
+            raise OptionInvalid(f"--log-level {spec!r:.80} gives {what} twice", _LOG_LEVEL_FIX)
+        levels[logger_name] = value
+    if not levels:
+        raise OptionInvalid(f"--log-level {spec!r:.80} names no level", _LOG_LEVEL_FIX)
+    levels.setdefault("", logging.INFO)
+    return levels
+
+
+def configure_logging(level: str = "INFO") -> tuple[logging.Handler, dict[str, int]]:
+    """Log to stderr with :data:`LOG_FORMAT` at the levels of ``level`` (an ``--log-level``
+    value: see :func:`log_levels`, which refuses a bad one before anything changes); answers
+    the handler added and the previous level of each logger it set (``""``: the root)."""
+    levels = log_levels(level)
     handler = BatchedStderrHandler(sys.stderr)
     handler.setFormatter(_Formatter(LOG_FORMAT))
     handler.addFilter(JobFieldsFilter())
-    root = logging.getLogger()
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(level.upper())
+    previous = {name: logging.getLogger(name or None).level for name in levels}
+    logging.getLogger().addHandler(handler)
+    for name, value in levels.items():
+        logging.getLogger(name or None).setLevel(value)
     return handler, previous
 
 
@@ -160,13 +221,14 @@ def import_jobs(target: str) -> ModuleType:
 
 @contextlib.contextmanager
 def logging_to_stderr(level: str) -> Iterator[None]:
-    """:func:`configure_logging` while a command runs; then the handler is closed and the root's level restored."""
+    """:func:`configure_logging` while a command runs; then the handler is closed and the levels it set restored."""
     handler, previous = configure_logging(level)
     try:
         yield
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
-        logging.getLogger().setLevel(previous)
+        for name, value in previous.items():
+            logging.getLogger(name or None).setLevel(value)
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 from collections.abc import Callable
 from typing import Any
 
 from jobcore.cli._output import out, print_json, table
-from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
+from jobcore.cli._process import add_log_level_option, import_jobs, logging_to_stderr, on_stop_signals
 from jobcore.cli._store import add_migrate_option, add_url_option, common_options, open_store, prepare_schema
 from jobcore.clock import to_millis
 from jobcore.errors import OptionInvalid, ScheduleNotFound
@@ -53,7 +52,7 @@ def register(subparsers: Any) -> None:
         help=f"most seconds between ticks (default {DEFAULT_TICK:g}; sooner when an occurrence falls due)",
     )
     add_migrate_option(parser, "scheduler")
-    parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
+    add_log_level_option(parser)
     parser.set_defaults(func=_cmd_scheduler)
 
     common = common_options()

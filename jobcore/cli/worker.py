@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import signal
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from jobcore import validate as v
-from jobcore.cli._process import import_jobs, logging_to_stderr, on_stop_signals
+from jobcore.cli._process import add_log_level_option, import_jobs, logging_to_stderr, on_stop_signals
 from jobcore.cli._store import add_migrate_option, add_url_option, open_store, prepare_schema
 from jobcore.current import set_job_driver
 from jobcore.errors import ClaimQueuesEmpty, ConfigurationError
@@ -122,7 +121,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, default=None,
         help="serve Prometheus metrics on this port at /metrics (needs jobcore-queue[metrics]; default: off)",
     )
-    parser.add_argument("--log-level", default=os.environ.get("JOBCORE_LOG_LEVEL", "INFO"), help="logging level")
+    add_log_level_option(parser)
 
 
 def run_worker(args: argparse.Namespace) -> int:
