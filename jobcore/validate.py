@@ -147,6 +147,11 @@ def check_int(value: object, name: str, lo: int, hi: int) -> int:
     return int(value)
 
 
+def _span(delta: timedelta) -> str:
+    """A duration as an error shows it: a negative one in seconds (``-1s``, not ``-1 day, 23:59:59``)."""
+    return f"{delta.total_seconds():g}s" if delta < timedelta(0) else str(delta)
+
+
 def check_duration(
     value: object, name: str, *, lo: timedelta = timedelta(0), hi: timedelta = MAX_DELAY,
     positive: bool = False,
@@ -166,9 +171,9 @@ def check_duration(
             "pass datetime.timedelta(...) or a number of seconds",
         )
     if positive and delta <= timedelta(0):
-        raise OptionInvalid(f"{name} must be positive, got {delta}", f"pass at least {lo or MIN_LEASE}")
+        raise OptionInvalid(f"{name} must be positive, got {_span(delta)}", f"pass at least {lo or MIN_LEASE}")
     if not lo <= delta <= hi:
-        raise OptionInvalid(f"{name}={delta} is out of range", f"pass a duration from {lo} to {hi}")
+        raise OptionInvalid(f"{name}={_span(delta)} is out of range", f"pass a duration from {lo} to {hi}")
     return delta
 
 

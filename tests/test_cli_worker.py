@@ -19,8 +19,11 @@ from jobcore.drivers.memory import MemoryDriver
 from jobcore.cli import _process, main
 from jobcore.cli._process import BatchedStderrHandler
 from jobcore.cli.worker import GC_YOUNG_THRESHOLD
+from jobcore.errors import OptionInvalid
 from jobcore.records import JobState
-from jobcore.registry import default_registry
+from jobcore.registry import Registry, default_registry
+from jobcore.worker import Worker
+from tests.worker_run import run_until_done
 
 JOBS = textwrap.dedent(
     """
@@ -148,6 +151,45 @@ def test_worker_command_queues_ignore_blank_names(jobs_file: Path, capsys: pytes
     runner.join(5)
     assert codes == [0]
     assert "started on cli (" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seconds", ["-1", "nan", "inf", "700000"])
+def test_worker_command_refuses_a_drain_timeout_out_of_range(
+    jobs_file: Path, capsys: pytest.CaptureFixture[str], seconds: str
+) -> None:
+    """--drain-timeout negative, not finite or over 7 days exits 2 with JC_OPTION_INVALID; it
+    used to be taken as 0 (negative, NaN) without a word. Nothing is claimed."""
+    driver = MemoryDriver()
+    job = driver.enqueue("cli.hello", "ada", queue="cli")
+    assert main(["worker", str(jobs_file), "--drain-timeout", seconds], driver=driver) == 2
+    err = capsys.readouterr().err
+    assert "error JC_OPTION_INVALID: drain_timeout" in err
+    assert "started on" not in err
+    assert driver.introspect.get(job.id).state is JobState.READY  # type: ignore[union-attr]
+
+
+def test_worker_drain_timeout_is_checked_on_stop_too() -> None:
+    """Worker(drain_timeout=...) and request_stop(drain_timeout=...) refuse what the CLI refuses;
+    a refused request_stop leaves the worker running. Zero is a drain that abandons at once."""
+    with pytest.raises(OptionInvalid, match="drain_timeout=-1s is out of range") as refusal:
+        Worker(["cli"], driver=MemoryDriver(), drain_timeout=-1)
+    assert refusal.value.code == "JC_OPTION_INVALID"
+    registry = Registry()
+
+    @registry.job(name="cli.twice", queue="cli")
+    def twice(payload: int) -> int:
+        return payload * 2
+
+    driver = MemoryDriver()
+    worker = Worker(
+        ["cli"], driver=driver, registry=registry, drain_timeout=0, poll_interval=0.01, rescue_interval=None,
+        retention=None, scheduler=False,
+    )
+    assert worker.drain_timeout == 0.0
+    with pytest.raises(OptionInvalid):
+        worker.request_stop(drain_timeout=float("nan"))
+    twice.enqueue(21, driver=driver)
+    run_until_done(worker, driver, 1, "the job enqueued after the refused stop")
 
 
 def _run_until_done(jobs_file: Path, capsys: pytest.CaptureFixture[str], *options: str) -> tuple[str, str]:

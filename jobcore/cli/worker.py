@@ -90,8 +90,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "handler that kills its worker at once still spends its attempt (default: recorded right after)",
     )
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between idle polls (default 1)")
-    parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to drain on stop (default 30)")
-    parser.add_argument("--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (60)")
+    parser.add_argument(
+        "--drain-timeout", type=float, default=30.0,
+        help="seconds to drain on stop (default 30; 0: abandon running handlers at once)",
+    )
+    parser.add_argument(
+        "--rescue-interval", type=float, default=60.0, help="seconds between rescue sweeps (default 60; 0: none)",
+    )
     parser.add_argument(
         "--prune-interval", type=float, default=DEFAULT_PRUNE_INTERVAL,
         help=f"seconds between pruning runs, one worker of the fleet at a time (default {DEFAULT_PRUNE_INTERVAL:g})",

@@ -112,6 +112,12 @@ def _seconds(value: Duration, name: str) -> float:
     return v.check_lease(value, name).total_seconds()
 
 
+def _drain_seconds(value: Duration) -> float:
+    """A drain timeout in seconds: finite, from 0 (abandon at once) to 7 days; a negative or NaN
+    one used to be taken as 0 without a word."""
+    return v.check_duration(value, "drain_timeout", hi=v.MAX_LEASE).total_seconds()
+
+
 class Worker:
     """Runs the handlers of jobs claimed from ``queues``.
 
@@ -135,7 +141,7 @@ class Worker:
         driver: The store (default: the process-wide one, read at start).
         registry: Where handlers are looked up (default: ``@job``'s default registry).
         poll_interval: Seconds between claims when idle and no wake-up arrives.
-        drain_timeout: Seconds :meth:`stop` waits for in-flight handlers.
+        drain_timeout: Seconds :meth:`stop` waits for in-flight handlers (0 to 7 days; 0: none).
         worker_id: This worker's id in claims (default ``host:pid:random``).
         on_settled: ``fn(job, outcome)`` for each ending that landed (see :data:`OUTCOMES`).
         rescue_interval: Seconds between ``introspect.rescue()`` sweeps (``None``: never).
@@ -202,7 +208,7 @@ class Worker:
         self._driver = driver
         self.registry = registry if registry is not None else default_registry
         self.poll_interval = _seconds(poll_interval, "poll_interval")
-        self.drain_timeout = max(0.0, float(drain_timeout))
+        self.drain_timeout = _drain_seconds(drain_timeout)
         self.worker_id = v.check_name(
             worker_id if worker_id is not None else f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
             "worker_id",
@@ -331,10 +337,11 @@ class Worker:
 
         Asked again with a ``drain_timeout`` while a drain is under way, it moves that
         drain's end (counted from when the drain began): ``request_stop(drain_timeout=0)``
-        abandons the handlers still running at once.
+        abandons the handlers still running at once. A ``drain_timeout`` that is negative,
+        not finite or over 7 days is refused with ``JC_OPTION_INVALID`` and nothing changes.
         """
         if drain_timeout is not None:
-            self._drain_override = max(0.0, float(drain_timeout))
+            self._drain_override = _drain_seconds(drain_timeout)
         self._stopping.set()
         self._wake.set()
         with self._attempts.cond:
