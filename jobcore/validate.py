@@ -148,8 +148,15 @@ def check_int(value: object, name: str, lo: int, hi: int) -> int:
 
 
 def _span(delta: timedelta) -> str:
-    """A duration as an error shows it: a negative one in seconds (``-1s``, not ``-1 day, 23:59:59``)."""
-    return f"{delta.total_seconds():g}s" if delta < timedelta(0) else str(delta)
+    """A duration as a refusal shows it: ``-1s``, ``0s``, ``1ms``, ``90s``, ``7 days`` (never
+    ``-1 day, 23:59:59`` or ``0:00:00.001000``)."""
+    seconds = delta.total_seconds()
+    if 0 < abs(seconds) < 1:
+        return f"{round(seconds * 1000, 3):g}ms"
+    if seconds and seconds % 86400 == 0:
+        days = int(seconds // 86400)
+        return f"{days} day" if abs(days) == 1 else f"{days} days"
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds:g}s"
 
 
 def check_duration(
@@ -161,9 +168,9 @@ def check_duration(
         delta = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
         if not math.isfinite(value):
-            raise OptionInvalid(f"{name} must be finite, got {value!r}", f"pass seconds up to {hi}")
+            raise OptionInvalid(f"{name} must be finite, got {value!r}", f"pass seconds up to {_span(hi)}")
         if abs(value) > hi.total_seconds() * 2:
-            raise OptionInvalid(f"{name}={value!r}s is out of range", f"pass at most {hi}")
+            raise OptionInvalid(f"{name}={value!r}s is out of range", f"pass at most {_span(hi)}")
         delta = timedelta(seconds=value)
     else:
         raise OptionInvalid(
@@ -171,9 +178,11 @@ def check_duration(
             "pass datetime.timedelta(...) or a number of seconds",
         )
     if positive and delta <= timedelta(0):
-        raise OptionInvalid(f"{name} must be positive, got {_span(delta)}", f"pass at least {lo or MIN_LEASE}")
+        raise OptionInvalid(f"{name} must be positive, got {_span(delta)}", f"pass at least {_span(lo or MIN_LEASE)}")
     if not lo <= delta <= hi:
-        raise OptionInvalid(f"{name}={_span(delta)} is out of range", f"pass a duration from {lo} to {hi}")
+        raise OptionInvalid(
+            f"{name}={_span(delta)} is out of range", f"pass a duration from {_span(lo)} to {_span(hi)}",
+        )
     return delta
 
 

@@ -25,6 +25,7 @@ from jobcore.parity._faulty import FaultyDriver
 from jobcore import cli
 from jobcore.clock import ManualClock
 from jobcore.driver import JobDriver
+from jobcore.errors import OptionInvalid
 from jobcore.records import ScheduleOutcome
 from jobcore.registry import Registry
 from jobcore.scheduler import Scheduler
@@ -195,9 +196,25 @@ def test_scheduler_command_declares_fires_and_stops_on_sigterm(tmp_path: Path) -
 def test_scheduler_command_refuses_bad_setups(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No URL is JC_NO_DRIVER (exit 5); a non-positive interval is JC_OPTION_INVALID (exit 2)."""
+    """No URL is JC_NO_DRIVER (exit 5); an interval that is not positive and finite is
+    JC_OPTION_INVALID (exit 2), refused before connecting (an infinite one used to end the
+    scheduler's thread in OverflowError)."""
     monkeypatch.delenv("JOBCORE_URL", raising=False)
     assert cli.main(["scheduler"]) == 5
     assert "JC_NO_DRIVER" in capsys.readouterr().err
-    assert cli.main(["scheduler", "--interval", "0", "--url", "memory://"]) == 2
-    assert "JC_OPTION_INVALID" in capsys.readouterr().err
+    for interval, says in (("0", "must be positive, got 0s"), ("-2", "must be positive, got -2s"),
+                           ("nan", "must be finite, got nan"), ("inf", "must be finite, got inf"),
+                           ("700000", "=700000s is out of range")):
+        assert cli.main(["scheduler", "--interval", interval, "--url", "postgresql://nowhere.invalid/db"]) == 2
+        assert f"error JC_OPTION_INVALID: --interval{' ' if says.startswith('must') else ''}{says}" in (
+            capsys.readouterr().err
+        )
+
+
+@pytest.mark.parametrize("interval", [0, -1, float("nan"), float("inf"), timedelta(days=8)])
+def test_scheduler_refuses_an_interval_that_is_not_positive_and_finite(interval: Any) -> None:
+    """Scheduler(interval=...) refuses what the CLI refuses, with JC_OPTION_INVALID."""
+    with pytest.raises(OptionInvalid) as refusal:
+        Scheduler(MemoryDriver(), registry=Registry(), interval=interval)
+    assert refusal.value.code == "JC_OPTION_INVALID"
+    assert refusal.value.fix

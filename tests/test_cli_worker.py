@@ -291,6 +291,17 @@ def test_demo_runs_to_completion_and_checks_itself(capsys: pytest.CaptureFixture
     assert "done" in out
 
 
+@pytest.mark.parametrize("option", [["--seconds", "nan"], ["--seconds", "inf"], ["--seconds", "0"], ["--jobs", "0"]])
+def test_demo_refuses_bad_sizes(capsys: pytest.CaptureFixture[str], option: list[str]) -> None:
+    """A demo asked to run no job, or for no, infinite or NaN time (NaN used to be taken and run
+    past every deadline), exits 2 with JC_OPTION_INVALID before anything runs."""
+    assert main(["demo", *option]) == 2
+    captured = capsys.readouterr()
+    says = "error JC_OPTION_INVALID: --jobs and --workers must be >= 1 and --seconds a finite number > 0"
+    assert says in captured.err
+    assert captured.out == ""
+
+
 class _Writes:
     """A stream that keeps each write apart."""
 

@@ -498,6 +498,13 @@ def test_cli_web_refuses_before_connecting(capsys: pytest.CaptureFixture[str],
     assert "error JC_WEB_UNPROTECTED" in err
     assert "hunter22" not in err
     assert cli.main(["web", "--url", "memory://", "--basic-auth", "nopassword"]) == 2
+    capsys.readouterr()
+    for port in ("0", "-1", "65536"):  # used to end in uvicorn's own traceback
+        status = cli.main(["web", "--url", "postgresql://u:hunter22@nowhere.invalid/db", "--port", port])
+        err = capsys.readouterr().err
+        assert status == 2
+        assert f"error JC_OPTION_INVALID: --port {port} is not a port number" in err
+        assert "fix: pass a port from 1 to 65535" in err
 
 
 def test_mounts_under_a_prefix_in_a_host_app(driver: JobDriver) -> None:

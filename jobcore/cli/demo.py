@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from typing import Any
 
@@ -34,9 +35,9 @@ def register(subparsers: Any) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Handler of ``jobcore demo``."""
-    if args.jobs < 1 or args.workers < 1 or args.seconds <= 0:
+    if args.jobs < 1 or args.workers < 1 or not 0 < args.seconds < math.inf:
         raise OptionInvalid(
-            "--jobs and --workers must be >= 1 and --seconds > 0",
+            "--jobs and --workers must be >= 1 and --seconds a finite number > 0",
             "leave them out for the defaults (--jobs 3000 --workers 3 --seconds 60)",
         )
     # The demo narrates on stdout; keep the workers' own warnings (retries...) off the screen.

@@ -46,6 +46,8 @@ def _cmd_web(args: argparse.Namespace) -> int:
             f"the dashboard needs {exc.name}, which is not installed",
             "pip install 'jobcore-queue[web]'",
         ) from None
+    if not 1 <= args.port <= 65535:
+        raise OptionInvalid(f"--port {args.port} is not a port number", "pass a port from 1 to 65535")
     auth = _auth(args)
     check_exposure(args.host, auth)  # before connecting to anything
     with open_store(args) as driver:
