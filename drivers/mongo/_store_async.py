@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import attrs
 import pymongo
 import pymongo.common
 from bson.codec_options import CodecOptions
@@ -36,7 +37,7 @@ from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOu
 from jobcore.records import Job, Migration
 
 from . import _docs as d
-from ._errors import Bounds, translated_async
+from ._errors import Bounds, translate, translated_async
 from ._introspect_async import AsyncMongoIntrospect
 from ._jobs_async import AsyncMongoJobs
 from ._leases_async import AsyncMongoLeases
@@ -116,6 +117,9 @@ class AsyncMongoStore(AsyncFrontDoor):
             call=bound, select=bound or float(options.server_selection_timeout),
             connect=float(options.pool_options.connect_timeout or 0),
         )
+        clock_bound = min(bound or CLOCK_READ_BOUND, CLOCK_READ_BOUND)
+        self._clock_bounds = attrs.evolve(self._bounds, call=clock_bound, select=clock_bound)
+        """A clock reading's bounds: its own deadline, which its errors report (not the call's)."""
         if clock is None:
             clock = AsyncStoreClock()  # sync: clock = StoreClock(self._store_time)
         self.clock: Clock = clock
@@ -230,8 +234,12 @@ class AsyncMongoStore(AsyncFrontDoor):
         its round trip), and while the server is away the clock keeps its last reading,
         so a re-read due during an outage should cost little of a call's time.
         """
-        with pymongo.timeout(min(self._bounds.call or CLOCK_READ_BOUND, CLOCK_READ_BOUND)):
-            found = (await self._client.admin.command("hello", codec_options=_CODEC)).get("localTime")
+        bounds = self._clock_bounds
+        try:
+            with pymongo.timeout(bounds.call):
+                found = (await self._client.admin.command("hello", codec_options=_CODEC)).get("localTime")
+        except pe.PyMongoError as exc:  # told with the reading's own bound, the one it waited
+            raise translate(exc, "store time", bounds) from exc
         if not isinstance(found, datetime):
             raise BackendFailure(
                 "the MongoDB server's hello answer has no localTime, so its clock cannot be read",

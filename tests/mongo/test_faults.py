@@ -160,6 +160,26 @@ def test_the_store_clock_keeps_its_reading_through_a_stall(
     _coded_within(lambda: driver.enqueue("stalled"), 3.0)
 
 
+def test_a_first_clock_reading_with_no_server_reports_its_own_bound() -> None:
+    """With no server, the first call fails at the first reading of the server's clock: within
+    that reading's own bound (CLOCK_READ_BOUND, not the 10 s call bound), and its error says
+    how long it waited for a server (it used to say 10 s after waiting 2)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again before the driver dials it: refused at once
+    driver = MongoDriver(f"mongodb://127.0.0.1:{port}/jc_nobody")
+    try:
+        assert isinstance(driver.clock, StoreClock)
+        began = time.monotonic()
+        with pytest.raises(BackendUnavailable) as caught:
+            driver.enqueue("nowhere")
+        assert time.monotonic() - began < CLOCK_READ_BOUND + SLACK
+    finally:
+        driver.close()
+    assert f"waiting for a server {CLOCK_READ_BOUND:g}s" in caught.value.cause
+    assert f"the driver waited {CLOCK_READ_BOUND:g}s for a server" in caught.value.fix
+
+
 def test_the_change_stream_outlives_a_stall(
     through: Callable[..., MongoDriver], proxy: Proxy, server: fx.MongoServer,
 ) -> None:
