@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from jobcore.driver import AsyncJobDriver, Duration, JobDriver
-from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, UrlInvalid, redact
+from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, OptionInvalid, UrlInvalid, redact
 from jobcore.records import Job
 
 __all__ = [
@@ -55,7 +56,9 @@ def connect(url: str, **options: Any) -> JobDriver:
     driver). Third-party drivers register a scheme under the ``jobcore.drivers``
     entry-point group, naming a class with a ``from_url(url, **options)`` classmethod.
     """
-    return _driver_class(url, flavour="")(url, **options)  # type: ignore[no-any-return]
+    factory = _driver_class(url, flavour="")
+    _refuse_unknown_options(factory, options)
+    return factory(url, **options)  # type: ignore[no-any-return]
 
 
 def connect_async(url: str, **options: Any) -> AsyncJobDriver:
@@ -65,7 +68,9 @@ def connect_async(url: str, **options: Any) -> AsyncJobDriver:
     options; nothing is opened until the first awaited verb (``await driver.migrate()``).
     Third-party async drivers register under the ``jobcore.async_drivers`` entry-point group.
     """
-    return _driver_class(url, flavour="Async")(url, **options)  # type: ignore[no-any-return]
+    factory = _driver_class(url, flavour="Async")
+    _refuse_unknown_options(factory, options)
+    return factory(url, **options)  # type: ignore[no-any-return]
 
 
 def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
@@ -100,6 +105,25 @@ def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
             f"pip install 'jobcore-queue[{extra}]'",
         ) from exc
     return getattr(module, flavour + class_name).from_url  # type: ignore[no-any-return]
+
+
+def _refuse_unknown_options(factory: Callable[..., Any], options: dict[str, Any]) -> None:
+    """Refuse an option the driver class behind ``factory`` (a ``from_url`` classmethod) does not
+    take, naming the ones it does, before anything is built: it used to surface as Python's
+    own ``TypeError`` from deep inside the driver. A class taking ``**kwargs`` checks its own."""
+    cls = getattr(factory, "__self__", None)
+    if not options or not isinstance(cls, type):
+        return
+    params = inspect.signature(cls).parameters.values()
+    if any(param.kind is param.VAR_KEYWORD for param in params):
+        return
+    taken = sorted(param.name for param in params if param.kind is param.KEYWORD_ONLY)
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise OptionInvalid(
+            f"{cls.__name__} takes no option {', '.join(repr(name) for name in unknown)}",
+            f"pass only {', '.join(taken)} as keywords; a driver's other settings go in the URL's query",
+        )
 
 
 def set_job_driver(driver: JobDriver | None) -> JobDriver | None:

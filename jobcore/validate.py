@@ -98,6 +98,7 @@ __all__ = [
     "check_bool",
     "check_bulk_limit",
     "check_claim",
+    "check_clock",
     "check_duration",
     "check_filter",
     "check_fire",
@@ -184,6 +185,16 @@ def check_duration(
             f"{name}={_span(delta)} is out of range", f"pass a duration from {_span(lo)} to {_span(hi)}",
         )
     return delta
+
+
+def check_clock(clock: object) -> None:
+    """``clock`` (a driver's ``clock=``): ``None`` or a :class:`~jobcore.clock.Clock` (anything
+    with a callable ``now()``). Anything else was taken and failed at the first verb."""
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise OptionInvalid(
+            f"clock must have a now() answering an aware datetime, got {type(clock).__name__} {clock!r:.40}",
+            "pass a jobcore.clock clock (SystemClock(), ManualClock(...)), or leave clock out for the default",
+        )
 
 
 def check_lease(value: object, name: str = "lease") -> timedelta:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import jobcore
-from jobcore.errors import UrlInvalid, redact_url
+from jobcore.clock import ManualClock
+from jobcore.errors import OptionInvalid, UrlInvalid, redact_url
 
 SECRET = "s3cr3t-pw"
 
@@ -33,3 +34,41 @@ def test_redact_url_masks_every_password_and_keeps_the_rest() -> None:
         "tried postgresql://u:***@db:5432/x?sslmode=require then mongodb://v:***@m1,m2/y and memory://"
     )
     assert redact_url("postgresql://user@host/db") == "postgresql://user@host/db"
+
+
+UNREACHED = ["memory://", "postgresql://bob@127.0.0.1:1/db", "mongodb://127.0.0.1:1/db"]
+"""One URL per built-in driver, none of which is dialled: each refusal comes before any I/O."""
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("url", UNREACHED, ids=lambda u: u.split(":", 1)[0])
+def test_an_option_the_driver_does_not_take_is_refused_naming_those_it_does(url: str, flavour: str) -> None:
+    """``connect(url, pool_mx=2)`` is JC_OPTION_INVALID naming the stray option and the driver's
+    own; it used to be Python's TypeError from inside the driver."""
+    build = jobcore.connect if flavour == "sync" else jobcore.connect_async
+    with pytest.raises(OptionInvalid) as refused:
+        build(url, pool_mx=2, default_max_attempts=3)
+    assert refused.value.code == "JC_OPTION_INVALID"
+    assert "takes no option 'pool_mx'" in refused.value.cause
+    assert "default_max_attempts" in refused.value.fix
+    assert "clock" in refused.value.fix
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("url", UNREACHED, ids=lambda u: u.split(":", 1)[0])
+@pytest.mark.parametrize("clock", [5, "now", object()], ids=["int", "str", "object"])
+def test_a_clock_without_now_is_refused_at_construction(url: str, flavour: str, clock: object) -> None:
+    """``clock=`` must have a callable ``now()``: anything else is JC_OPTION_INVALID at once, on
+    every driver; it used to be taken, and the first verb failed with AttributeError."""
+    build = jobcore.connect if flavour == "sync" else jobcore.connect_async
+    with pytest.raises(OptionInvalid) as refused:
+        build(url, clock=clock)
+    assert refused.value.cause.startswith("clock must have a now() answering an aware datetime")
+    assert "ManualClock" in refused.value.fix
+
+
+def test_a_real_clock_and_the_driver_options_are_taken() -> None:
+    """The check passes what the drivers take: a jobcore clock, and their own keywords."""
+    driver = jobcore.connect("memory://", clock=ManualClock(), default_max_attempts=3)
+    assert isinstance(driver.clock, ManualClock)
+    assert driver.enqueue("j").max_attempts == 3

@@ -34,6 +34,7 @@ class MemoryDriver(FrontDoor):
     """
 
     def __init__(self, *, clock: Clock | None = None, default_max_attempts: int = v.DEFAULT_MAX_ATTEMPTS) -> None:
+        v.check_clock(clock)
         store = MemoryJobs(clock if clock is not None else SystemClock())
         super().__init__(store, default_max_attempts=default_max_attempts)
         # The store and its steps, which the introspector, leases and schedules share.

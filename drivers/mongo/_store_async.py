@@ -90,6 +90,7 @@ class AsyncMongoStore(AsyncFrontDoor):
         if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
             raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
         v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
+        v.check_clock(clock)
         if isinstance(uri_or_client, str):
             _refuse_unknown_options(uri_or_client)
             try:

@@ -130,6 +130,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         pool_min: int = 1, pool_max: int = 10, pooler: str = "auto", listen_url: str | None = None,
     ) -> None:
         self.schema = check_schema(schema)
+        v.check_clock(clock)
         self._injected = clock
         """The clock standing in for the store's, or None: the statements read the store's."""
         self.clock: Clock = clock if clock is not None else StoreClock(self._read_store_time)
