@@ -129,7 +129,7 @@ class PayloadInvalid(InvalidInput):
 
 
 class OptionInvalid(InvalidInput):
-    """A numeric, duration, time or name option out of range or of the wrong type."""
+    """A numeric, duration, time or name option out of range or of the wrong type, or one the call does not take."""
 
     code = "JC_OPTION_INVALID"
 
