@@ -107,6 +107,46 @@ def test_a_bad_tracebacks_choice_is_a_coded_refusal() -> None:
     assert "final" in str(refusal.value.fix)
 
 
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"queues": None}, "queues must be queue names, got NoneType"),
+        ({"queues": 5}, "queues must be queue names, got int 5"),
+        ({"driver": 5}, "driver must be a jobcore driver, got int 5"),
+        ({"registry": {}}, "registry must be a jobcore Registry, got dict"),
+        ({"on_settled": "log"}, "on_settled must be callable, got str"),
+        ({"scheduler": "yes"}, "scheduler must be True or False, got 'yes'"),
+    ],
+    ids=["queues-none", "queues-int", "driver", "registry", "on-settled", "scheduler"],
+)
+def test_a_worker_option_of_the_wrong_kind_is_a_coded_refusal(options: dict[str, Any], says: str) -> None:
+    """Each used to be taken and to fail later (TypeError at once for the queues, AttributeError
+    at start or at the first settle for the rest); now JC_OPTION_INVALID with a fix, at once."""
+    settings: dict[str, Any] = {"queues": ["default"], "driver": MemoryDriver(), **options}
+    with pytest.raises(JobcoreError) as refusal:
+        Worker(settings.pop("queues"), **settings)
+    assert refusal.value.code == "JC_OPTION_INVALID"
+    assert says in refusal.value.cause
+    assert refusal.value.fix
+
+
+def test_a_heartbeat_slower_than_the_lease_allows_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """A heartbeat_interval not shorter than lease - margin would let a healthy handler be called
+    off between two renewals: the worker says so when it is made; the default does not."""
+    with caplog.at_level(logging.WARNING, logger=WORKER_LOGGER):
+        Worker(["default"], driver=MemoryDriver(), lease=10, heartbeat_interval=8)
+    warned = [r.getMessage() for r in caplog.records if r.name == WORKER_LOGGER]
+    assert warned == [
+        "heartbeat_interval 8s is not shorter than lease - margin (8s): a handler running longer than that is "
+        "called off even while the store answers; leave heartbeat_interval out (lease/3)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=WORKER_LOGGER):
+        Worker(["default"], driver=MemoryDriver(), lease=10)
+        Worker(["default"], driver=MemoryDriver(), lease=10, heartbeat_interval=7.9)
+    assert [r for r in caplog.records if r.name == WORKER_LOGGER] == []
+
+
 def test_the_worker_logs_a_banner_and_a_periodic_one_line_summary(caplog: pytest.LogCaptureFixture) -> None:
     registry = Registry()
 

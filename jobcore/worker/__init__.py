@@ -149,7 +149,9 @@ class Worker:
             0: claim only for free slots). The worker prefetches only what its slots will
             run within two claim round trips (measured), so slow jobs are never hoarded;
             prefetched jobs are leased and heartbeated, and given back unstarted on stop.
-        heartbeat_interval: Seconds between renewals of one lease (default ``lease/3``).
+        heartbeat_interval: Seconds between renewals of one lease (default ``lease/3``). One not
+            shorter than ``lease - margin`` is logged as a WARNING when the worker is made: a
+            handler would be called off between two renewals even while the store answers.
         seed: Seeds the jitter of retry delays (tests).
         retention: Finished jobs older than this policy are pruned (``None``: never);
             one worker of the fleet at a time does it (:mod:`jobcore.retention`).
@@ -192,7 +194,15 @@ class Worker:
         summary_interval: float | None = 60.0,
         progress_interval: float = 1.0,
     ) -> None:
-        names = [q.strip() for q in queues.split(",")] if isinstance(queues, str) else list(queues)
+        if isinstance(queues, str):
+            names = [q.strip() for q in queues.split(",")]
+        elif isinstance(queues, Iterable):
+            names = list(queues)
+        else:
+            raise OptionInvalid(
+                f"queues must be queue names, got {type(queues).__name__} {queues!r:.40}",
+                'pass a list of names, or one comma-separated string: Worker(["default", "mail"]) or "default,mail"',
+            )
         self.queues = tuple(q for q in names if q)
         self.concurrency = v.check_int(concurrency, "concurrency", 1, v.MAX_CLAIM_BATCH)
         self.lease = v.check_lease(lease)
@@ -205,7 +215,17 @@ class Worker:
         self.strict_starts = v.check_bool(strict_starts, "strict_starts")
         self._lease_s = self.lease.total_seconds()
         self._margin_s = self.margin.total_seconds()
+        if driver is not None and not callable(getattr(driver, "claim", None)):
+            raise OptionInvalid(
+                f"driver must be a jobcore driver, got {type(driver).__name__} {driver!r:.40}",
+                "pass jobcore.connect(url), or leave driver out for the process-wide one (set_job_driver)",
+            )
         self._driver = driver
+        if registry is not None and not isinstance(registry, Registry):
+            raise OptionInvalid(
+                f"registry must be a jobcore Registry, got {type(registry).__name__}",
+                "pass the Registry your @registry.job handlers are declared on, or leave it out for @job's",
+            )
         self.registry = registry if registry is not None else default_registry
         self.poll_interval = _seconds(poll_interval, "poll_interval")
         self.drain_timeout = _drain_seconds(drain_timeout)
@@ -213,15 +233,27 @@ class Worker:
             worker_id if worker_id is not None else f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
             "worker_id",
         )
+        if on_settled is not None and not callable(on_settled):
+            raise OptionInvalid(
+                f"on_settled must be callable, got {type(on_settled).__name__}",
+                "pass a function taking (job, outcome), or leave it out",
+            )
         self.on_settled = on_settled
         self.rescue_interval = None if rescue_interval is None else _seconds(rescue_interval, "rescue_interval")
         beat = self.lease.total_seconds() / 3 if heartbeat_interval is None else heartbeat_interval
         self.heartbeat_interval = _seconds(beat, "heartbeat_interval")
+        if self.heartbeat_interval >= self._lease_s - self._margin_s:
+            logger.warning(
+                "heartbeat_interval %gs is not shorter than lease - margin (%gs): a handler running longer than "
+                "that is called off even while the store answers; leave heartbeat_interval out (lease/3)",
+                self.heartbeat_interval, self._lease_s - self._margin_s,
+            )
         self.retention = None if retention is None else v.check_prune(retention, 1, 1)[0]
         self.prune_interval = _seconds(prune_interval, "prune_interval")
         self._pruner: Pruner | None = None
         self.scheduler: Scheduler | None = (
-            Scheduler(driver, registry=self.registry, scheduler_id=self.worker_id) if scheduler else None
+            Scheduler(driver, registry=self.registry, scheduler_id=self.worker_id)
+            if v.check_bool(scheduler, "scheduler") else None
         )
         self.counts: Counter[str] = Counter()
         """Running totals: claimed, completed, retried, failed, dead_lettered, dropped,
