@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -368,7 +368,14 @@ class JobHandle:
         self, payloads: Iterable[Any], *, queue: str | None, priority: int | None, run_at: datetime | None,
         delay: Duration | None, max_attempts: int | None,
     ) -> list[JobSpec]:
-        """One spec per payload, with this kind's defaults filled in."""
+        """One spec per payload, with this kind's defaults filled in. ``payloads`` is a list or
+        other iterable of payloads; a string, bytes, a mapping or a non-iterable is refused (a
+        string used to become one job per character, a dict one per key)."""
+        if isinstance(payloads, str | bytes | bytearray | Mapping) or not isinstance(payloads, Iterable):
+            raise OptionInvalid(
+                f"enqueue_many takes an iterable of payloads, got {type(payloads).__name__} {payloads!r:.40}",
+                "pass a list, one payload per job: enqueue_many([p1, p2]); for one job, enqueue(payload)",
+            )
         delay_value = delay.total_seconds() if isinstance(delay, timedelta) else delay
         name, stored, make = self.name, self.stored_payload, JobSpec.positional  # type: ignore[attr-defined]
         chosen = queue or self.queue

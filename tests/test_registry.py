@@ -185,3 +185,24 @@ def driver_job() -> Job:
     driver = MemoryDriver(clock=ManualClock())
     driver.enqueue("p", {"n": 1})
     return driver.claim(["default"], worker_id="w", lease=30).claimed[0].job
+
+
+@pytest.mark.parametrize(
+    "payloads", ["abc", b"ab", {"a": 1, "b": 2}, 5, None], ids=["str", "bytes", "dict", "int", "none"],
+)
+def test_enqueue_many_refuses_what_is_not_a_list_of_payloads(payloads: Any) -> None:
+    """A string used to become one job per character and a dict one per key; a number was a
+    TypeError. Each is JC_OPTION_INVALID now, and nothing is stored."""
+    registry = Registry()
+
+    @registry.job(name="batch.item")
+    def item(payload: Any) -> Any:
+        return payload
+
+    driver = MemoryDriver()
+    with pytest.raises(OptionInvalid) as refusal:
+        item.enqueue_many(payloads, driver=driver)
+    assert refusal.value.cause.startswith("enqueue_many takes an iterable of payloads")
+    assert "enqueue(payload)" in refusal.value.fix
+    assert driver.introspect.list(None, 10).jobs == ()
+    assert [job.payload for job in item.enqueue_many(iter(["a", "b"]), driver=driver)] == ["a", "b"]
