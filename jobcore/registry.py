@@ -185,7 +185,7 @@ def _check_exc_types(value: object) -> tuple[type[BaseException], ...]:
 def _optional_seconds(value: object, name: str) -> float | None:
     if value is None:
         return None
-    return v.check_lease(value, name).total_seconds()
+    return v.check_seconds(value, name)
 
 
 @attrs.frozen(kw_only=True, eq=False)

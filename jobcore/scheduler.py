@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from jobcore.driver import JobDriver, ScheduleStore
     from jobcore.registry import Registry
 
-__all__ = ["DEFAULT_TICK", "Scheduler", "check_interval", "describe"]
+__all__ = ["DEFAULT_TICK", "Scheduler", "describe"]
 
 logger = logging.getLogger("jobcore.scheduler")
 
@@ -45,13 +45,6 @@ DEFAULT_TICK = 1.0
 """Most seconds between two ticks of a running scheduler."""
 
 _MIN_SLEEP = 0.05
-
-
-def check_interval(value: object, name: str) -> float:
-    """A scheduler's ``interval`` in seconds: positive, finite, at most 7 days. An infinite one
-    used to end the scheduler's thread in ``OverflowError``, a negative one to be taken as
-    the shortest sleep."""
-    return v.check_duration(value, name, hi=v.MAX_LEASE, positive=True).total_seconds()
 
 
 class Scheduler:
@@ -64,7 +57,7 @@ class Scheduler:
         definitions: More schedules to declare, besides the registry's.
         declare: Declare the registry's schedules before the first tick.
         interval: Most seconds between ticks when running as a thread or loop; it
-            sleeps less when an occurrence falls due sooner. Positive and finite, at most
+            sleeps less when an occurrence falls due sooner. From 1 ms to
             7 days (``JC_OPTION_INVALID`` otherwise).
         scheduler_id: Names this scheduler in logs (default ``host:pid:random``).
     """
@@ -84,7 +77,7 @@ class Scheduler:
         self._extra = list(definitions)
         self._declare = declare
         self._declared = not declare
-        self.interval = max(_MIN_SLEEP, check_interval(interval, "interval"))
+        self.interval = max(_MIN_SLEEP, v.check_seconds(interval, "interval"))
         self.scheduler_id = scheduler_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None

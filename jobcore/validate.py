@@ -113,6 +113,7 @@ __all__ = [
     "check_prune",
     "check_schedule_definition",
     "check_schedule_name",
+    "check_seconds",
     "check_spread",
     "check_state",
     "check_time",
@@ -200,6 +201,11 @@ def check_clock(clock: object) -> None:
 def check_lease(value: object, name: str = "lease") -> timedelta:
     """A lease or ttl: positive, finite, from 1 ms to 7 days."""
     return check_duration(value, name, lo=MIN_LEASE, hi=MAX_LEASE, positive=True)
+
+
+def check_seconds(value: object, name: str) -> float:
+    """:func:`check_lease` in seconds: an interval or timeout from 1 ms to 7 days, positive and finite."""
+    return check_lease(value, name).total_seconds()
 
 
 def check_wait(timeout: object, poll: object) -> tuple[float, float]:

@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from jobcore import validate as v
 from jobcore.cli._output import out, print_json, table
 from jobcore.cli._process import add_log_level_option, import_jobs, logging_to_stderr, on_stop_signals
 from jobcore.cli._store import add_migrate_option, add_url_option, common_options, open_store, prepare_schema
@@ -26,7 +27,7 @@ from jobcore.clock import to_millis
 from jobcore.errors import ScheduleNotFound
 from jobcore.records import Schedule
 from jobcore.registry import default_registry
-from jobcore.scheduler import DEFAULT_TICK, Scheduler, check_interval, describe
+from jobcore.scheduler import DEFAULT_TICK, Scheduler, describe
 
 __all__ = ["register"]
 
@@ -89,7 +90,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
 
 
 def _run_scheduler(args: argparse.Namespace) -> int:
-    check_interval(args.interval, "--interval")  # before anything is imported or connected
+    v.check_seconds(args.interval, "--interval")  # before anything is imported or connected
     for module in args.app:
         import_jobs(module)
     with open_store(args) as driver:

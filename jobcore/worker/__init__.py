@@ -108,10 +108,6 @@ DEFAULT_RETENTION = RetentionPolicy()
 """The policy workers prune by unless told otherwise (``retention=None`` turns pruning off)."""
 
 
-def _seconds(value: Duration, name: str) -> float:
-    return v.check_lease(value, name).total_seconds()
-
-
 def _drain_seconds(value: Duration) -> float:
     """A drain timeout in seconds: finite, from 0 (abandon at once) to 7 days; a negative or NaN
     one used to be taken as 0 without a word."""
@@ -227,7 +223,7 @@ class Worker:
                 "pass the Registry your @registry.job handlers are declared on, or leave it out for @job's",
             )
         self.registry = registry if registry is not None else default_registry
-        self.poll_interval = _seconds(poll_interval, "poll_interval")
+        self.poll_interval = v.check_seconds(poll_interval, "poll_interval")
         self.drain_timeout = _drain_seconds(drain_timeout)
         self.worker_id = v.check_name(
             worker_id if worker_id is not None else f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
@@ -239,9 +235,9 @@ class Worker:
                 "pass a function taking (job, outcome), or leave it out",
             )
         self.on_settled = on_settled
-        self.rescue_interval = None if rescue_interval is None else _seconds(rescue_interval, "rescue_interval")
+        self.rescue_interval = None if rescue_interval is None else v.check_seconds(rescue_interval, "rescue_interval")
         beat = self.lease.total_seconds() / 3 if heartbeat_interval is None else heartbeat_interval
-        self.heartbeat_interval = _seconds(beat, "heartbeat_interval")
+        self.heartbeat_interval = v.check_seconds(beat, "heartbeat_interval")
         if self.heartbeat_interval >= self._lease_s - self._margin_s:
             logger.warning(
                 "heartbeat_interval %gs is not shorter than lease - margin (%gs): a handler running longer than "
@@ -249,7 +245,7 @@ class Worker:
                 self.heartbeat_interval, self._lease_s - self._margin_s,
             )
         self.retention = None if retention is None else v.check_prune(retention, 1, 1)[0]
-        self.prune_interval = _seconds(prune_interval, "prune_interval")
+        self.prune_interval = v.check_seconds(prune_interval, "prune_interval")
         self._pruner: Pruner | None = None
         self.scheduler: Scheduler | None = (
             Scheduler(driver, registry=self.registry, scheduler_id=self.worker_id)
@@ -265,8 +261,10 @@ class Worker:
                 'pass tracebacks="final" (the default), "always" or "never"',
             )
         self.tracebacks = tracebacks
-        self.summary_interval = None if summary_interval is None else _seconds(summary_interval, "summary_interval")
-        self.progress_interval = _seconds(progress_interval, "progress_interval")
+        self.summary_interval = (
+            None if summary_interval is None else v.check_seconds(summary_interval, "summary_interval")
+        )
+        self.progress_interval = v.check_seconds(progress_interval, "progress_interval")
         self._progress_lock = threading.Lock()
         self._progress_off = False  # the driver answered JC_NOT_SUPPORTED: keep progress in the process
         self.prefetch = v.check_int(
