@@ -101,3 +101,17 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
     }
     assert "jobcore.cli" in folders
     assert folders - listed == set()
+
+
+def test_the_wheel_check_covers_both_ends_of_the_promised_pythons() -> None:
+    """check_wheel runs the wheel on the classifiers' oldest and newest Pythons, from requires-python up."""
+    check_wheel = _load_check_wheel()
+    versions = check_wheel.supported_pythons()
+    floor = re.search(r'^requires-python = ">=(3\.\d+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert floor
+    assert versions[0] == floor.group(1)
+    assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split("."))))
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    found = check_wheel.find_python(here)
+    assert found is not None
+    assert check_wheel.find_python("3.1") is None  # no such Python: passed over, or a CI failure

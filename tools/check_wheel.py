@@ -10,13 +10,21 @@ leaves out is missing from the wheel too);
 every ``.py`` file of ``jobcore/``, ``drivers/`` and ``parity_tests/`` must be in the wheel
 under its installed name, with ``jobcore/py.typed``; then, in a new virtualenv outside
 the checkout, ``pip install 'WHEEL[parity]'`` (not editable), ``jobcore demo`` and the
-memory section of the parity suite from the installed ``jobcore.parity``.
+memory section of the parity suite from the installed ``jobcore.parity``. The same runs
+again, side by side, on the oldest and the newest Python the classifiers name (found on
+``PATH`` or under pyenv), each also checking that ``tools/unasync.py`` makes the generated
+modules byte for byte there: the development venv is one Python, the package promises four.
+A Python that cannot be found is reported and passed over, except under ``CI=true``, where
+it fails the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +66,79 @@ def check_contents(wheel: Path) -> None:
     print(f"check_wheel: {wheel.name} holds all {len(expected_files())} expected files", flush=True)
 
 
+def supported_pythons() -> list[str]:
+    """The ``3.N`` versions pyproject's classifiers promise, oldest first."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', text)
+    return sorted(set(found), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter for ``version`` (``3.10``): ``python3.10`` on PATH, else pyenv's build."""
+    candidates = [shutil.which(f"python{version}")]
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    builds = glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}"))
+    candidates += sorted(builds, reverse=True)
+    for candidate in filter(None, candidates):
+        # a pyenv shim is on PATH for every installed version but answers only the selected one
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == str(tuple(map(int, version.split(".")))):
+            return candidate
+    return None
+
+
+def run_on(interpreter: str, wheel: Path, work: Path) -> tuple[bool, str]:
+    """The installed wheel's demo and memory parity suite, and the unasync check, on one Python."""
+    venv = work / f"venv-{Path(interpreter).name}"
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["JOBCORE_TEST_DRIVERS"] = "memory"
+    steps = [
+        ([interpreter, "-m", "venv", str(venv)], work),
+        ([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[parity]"], work),
+        ([str(venv / "bin" / "jobcore"), "demo"], work),
+        ([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "jobcore.parity.plugin",
+          "--pyargs", "jobcore.parity", "--jobcore-drivers", "memory"], work),
+        ([interpreter, str(ROOT / "tools" / "unasync.py"), "--check"], ROOT),
+    ]
+    log: list[str] = []
+    for cmd, cwd in steps:
+        started = time.monotonic()
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        log.append(f"check_wheel: $ {' '.join(cmd)}  ({time.monotonic() - started:.1f} s, exit {done.returncode})")
+        if done.returncode != 0:
+            log.append((done.stdout + done.stderr).rstrip()[-4000:])
+            return False, "\n".join(log)
+        if "pytest" in cmd:
+            log.append(done.stdout.strip().splitlines()[-1])
+    return True, "\n".join(log)
+
+
+def other_pythons(wheel: Path, work: Path) -> bool:
+    """Runs :func:`run_on` on the oldest and newest supported Pythons other than this one."""
+    versions = supported_pythons()
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    wanted = [v for v in dict.fromkeys([versions[0], versions[-1]]) if v != here]
+    ok = True
+    found: dict[str, str] = {}
+    for version in wanted:
+        interpreter = find_python(version)
+        if interpreter is None:
+            print(f"check_wheel: no Python {version} found (PATH, pyenv); the package promises it", flush=True)
+            ok = ok and os.environ.get("CI", "").lower() not in {"1", "true", "yes"}
+        else:
+            found[version] = interpreter
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(found))) as pool:
+        runs = {version: pool.submit(run_on, interpreter, wheel, work) for version, interpreter in found.items()}
+        for version, run in runs.items():
+            passed, log = run.result()
+            verdict = "passed" if passed else "FAILED"
+            print(f"check_wheel: Python {version} ({found[version]}): {verdict}\n{log}", flush=True)
+            ok = ok and passed
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and print it")
@@ -84,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             cwd=work, env={**env, "JOBCORE_TEST_DRIVERS": "memory"},
         )
         print("check_wheel: the installed wheel runs the demo and the memory parity suite", flush=True)
+        if not other_pythons(wheel, work):
+            print("check_wheel: the wheel failed on another supported Python (above)", flush=True)
+            return 1
         return 0
     finally:
         if args.keep:

@@ -45,6 +45,8 @@ RENAMES = {
 _ASYNC_CLASS = re.compile(r"\bAsync([A-Z]\w*)")
 _ASYNC_SUFFIX = re.compile(r"\b(\w+?)_async\b")
 _DIRECTIVE = re.compile(r"#\s*sync:\s*(.*)$")
+_FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", -1)
+"""Before Python 3.12 an f-string is one ``STRING`` token, renamed whole."""
 
 
 def _rename_text(text: str) -> str:
@@ -110,6 +112,14 @@ def unasync(source: str, origin: str) -> str:
             renamed = _rename_text(tok.string)
             if renamed != tok.string:
                 edits.append((start, end, renamed))
+        elif tok.type == _FSTRING_MIDDLE:
+            # Python 3.12+ splits an f-string into tokens: this is a run of its literal text. Its
+            # own end is off where the text has ``{{`` or ``}}``; the next token's start is not.
+            stop = offset(tokens[index + 1].start)
+            literal = source[start:stop]
+            renamed = _rename_text(literal)
+            if renamed != literal:
+                edits.append((start, stop, renamed))
         elif tok.type == tokenize.COMMENT:
             directive = _DIRECTIVE.search(tok.string)
             if directive:

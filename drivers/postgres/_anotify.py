@@ -59,7 +59,7 @@ class AsyncListener:
         """A listener whose LISTEN is in place (when the server answers within 10 s)."""
         listener = cls(conninfo, kwargs, channel, queues, callback, call_timeout=call_timeout)
         listener._task = asyncio.get_running_loop().create_task(listener._run(), name=f"jobcore-listen-{channel}")
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError):  # TimeoutError itself from Python 3.11; not before
             await asyncio.wait_for(listener._ready.wait(), 10)
         return listener
 
@@ -140,7 +140,7 @@ class AsyncListener:
         self.close()
         task = self._task
         if task is not None and task is not asyncio.current_task():
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), 5)
 
 

@@ -169,7 +169,7 @@ class AsyncPool:
             self._waiters.append(waiter)
             try:
                 await asyncio.wait_for(waiter, left)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11; not before
                 pass
             except BaseException:
                 if waiter.done() and not waiter.cancelled():

@@ -83,6 +83,31 @@ def test_a_stalled_connection_answers_jc_db_timeout_and_is_discarded(store: Any,
     assert store.introspect.get(fresh_id) is not None
 
 
+def test_a_call_waiting_on_an_exhausted_pool_answers_jc_db_unavailable_after_call_timeout(
+    store: Any, pg_url: str
+) -> None:
+    """Every connection of the pool held: the next call waits call_timeout for one, then answers
+    JobcoreError (not a raw asyncio timeout, as it did on Python 3.10); given back, calls work."""
+
+    async def scenario() -> tuple[float, JobcoreError]:
+        async with AsyncPostgresDriver(pg_url, schema=store.schema, pool_max=1, call_timeout=0.5) as driver:
+            await driver.enqueue("warm")
+            async with driver._connection():  # the pool's only connection, held
+                started = time.monotonic()
+                with pytest.raises(JobcoreError) as info:
+                    await driver.enqueue("starved")
+                waited = time.monotonic() - started
+            await driver.enqueue("after")
+            return waited, info.value
+
+    waited, error = run(scenario())
+    assert 0.4 <= waited <= 2.0, waited
+    assert error.code == "JC_DB_UNAVAILABLE"
+    assert "no database connection could be had in time" in error.cause
+    assert "raise the pool size" in error.fix
+    assert [j.name for j in store.introspect.list(limit=10).jobs] == ["after", "warm"]
+
+
 def test_after_the_server_dropped_every_connection_the_next_call_gets_a_fresh_one(store: Any, pg_url: str) -> None:
     """pg_terminate_backend on the driver's idle connections (as a restart does): the next
     call finds them dead at checkout, without a round trip, and answers on a new one (F06)."""
@@ -163,7 +188,7 @@ def test_wake_ups_arrive_on_the_loop_for_committed_writes_only(store: Any, pg_ur
                 await driver.enqueue("x", queue="mail", connection=conn)
                 await conn.rollback()
             await driver.enqueue("x", queue="other")
-            with pytest.raises(TimeoutError):
+            with pytest.raises(asyncio.TimeoutError):  # TimeoutError itself from Python 3.11
                 await asyncio.wait_for(woken.wait(), 0.3)
             await driver.enqueue("x", queue="mail")
             await asyncio.wait_for(woken.wait(), 5)

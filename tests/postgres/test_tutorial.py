@@ -24,8 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest itself depends on tomli before 3.11
+    import tomli as tomllib
+
 import pytest
-import tomllib
 from jobcore.drivers.postgres import PostgresDriver
 
 from fixtures import postgres as fx
