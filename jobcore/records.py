@@ -87,6 +87,10 @@ _R = TypeVar("_R")
 _UTC = timezone.utc
 
 
+_CONVERTER: Any = getattr(attrs, "Converter", None)
+"""attrs' converter class taking the instance or field (attrs 24.1 and later; none before)."""
+
+
 def _record(cls: type[_R]) -> type[_R]:
     """Give a frozen ``attrs`` record an ``__init__`` as cheap as hand-set slots, the only
     way records are built.
@@ -125,7 +129,7 @@ def _record(cls: type[_R]) -> type[_R]:
             params.append(f"{name}=_d_{name}")
         converter = f.converter
         if converter is not None:
-            if isinstance(converter, attrs.Converter):
+            if _CONVERTER is not None and isinstance(converter, _CONVERTER):
                 raise TypeError(f"{cls.__name__}.{f.name}: _record takes plain converters only")
             space[f"_c_{name}"] = converter
             if isinstance(converter, type) and issubclass(converter, enum.Enum):

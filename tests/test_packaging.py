@@ -9,6 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from jobcore.drivers.mongo import PYMONGO_FLOOR
+from jobcore.drivers.postgres import PSYCOPG_FLOOR
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST = "jobcore-queue"
@@ -115,3 +117,11 @@ def test_the_wheel_check_covers_both_ends_of_the_promised_pythons() -> None:
     found = check_wheel.find_python(here)
     assert found is not None
     assert check_wheel.find_python("3.1") is None  # no such Python: passed over, or a CI failure
+
+
+def test_the_floors_installed_on_the_oldest_python_are_the_ones_the_drivers_check() -> None:
+    """pyproject's floors, as check_wheel pins them, agree with what the drivers refuse below."""
+    pins = _load_check_wheel().floor_constraints()
+    assert f"psycopg=={PSYCOPG_FLOOR}" in pins
+    assert f"pymongo=={PYMONGO_FLOOR}" in pins
+    assert {p.split("==")[0] for p in pins} >= {"attrs", "cronsim", "tzdata", "psycopg-pool"}

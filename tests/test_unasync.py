@@ -78,6 +78,9 @@ def test_the_sync_door_is_the_generated_one() -> None:
 def test_f_strings_are_renamed_on_every_python() -> None:
     # Python 3.12 and later split an f-string into tokens: its literal runs must be renamed as a
     # whole string is before 3.12, escaped braces included, and the names in braces as code.
-    source = 'def name_async(self) -> str:\n    return f"AsyncBox({{AsyncLid}}) {self.open_async()!r} {len(x):>{w}} AsyncEnd"\n'
+    source = (
+        'def name_async(self) -> str:\n'
+        '    return f"AsyncBox({{AsyncLid}}) {self.open_async()!r} {len(x):>{w}} AsyncEnd"\n'
+    )
     body = unasync.unasync(source, "box_async.py").split("\n", 1)[1]
     assert body == 'def name(self) -> str:\n    return f"Box({{Lid}}) {self.open()!r} {len(x):>{w}} End"\n'

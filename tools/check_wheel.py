@@ -14,6 +14,9 @@ memory section of the parity suite from the installed ``jobcore.parity``. The sa
 again, side by side, on the oldest and the newest Python the classifiers name (found on
 ``PATH`` or under pyenv), each also checking that ``tools/unasync.py`` makes the generated
 modules byte for byte there: the development venv is one Python, the package promises four.
+On the oldest, every runtime dependency and the ``postgres`` and ``mongo`` extras are held at
+the lowest version pyproject allows (``name>=X`` installed as ``name==X``), and both drivers
+must import: a floor that does not work fails here, not on a user's pinned install.
 A Python that cannot be found is reported and passed over, except under ``CI=true``, where
 it fails the run.
 """
@@ -88,20 +91,57 @@ def find_python(version: str) -> str | None:
     return None
 
 
-def run_on(interpreter: str, wheel: Path, work: Path) -> tuple[bool, str]:
-    """The installed wheel's demo and memory parity suite, and the unasync check, on one Python."""
+FLOOR_EXTRAS = ("postgres", "mongo")
+"""Extras whose floors the oldest Python installs beside the core dependencies'."""
+
+
+def floor_constraints() -> list[str]:
+    """pip constraints holding each runtime requirement (and :data:`FLOOR_EXTRAS`') at its floor."""
+    from packaging.requirements import Requirement  # noqa: PLC0415 - build's own dependency
+
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa: PLC0415
+    else:  # build itself depends on tomli before 3.11
+        import tomli as tomllib  # noqa: PLC0415
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    specs = [*project["dependencies"], *(s for extra in FLOOR_EXTRAS for s in project["optional-dependencies"][extra])]
+    pins = []
+    for spec in specs:
+        req = Requirement(spec)
+        floors = [s.version for s in req.specifier if s.operator == ">="]
+        if floors:
+            pins.append(f"{req.name}=={floors[0]}" + (f"; {req.marker}" if req.marker else ""))
+    return pins
+
+
+def run_on(interpreter: str, wheel: Path, work: Path, *, floors: bool = False) -> tuple[bool, str]:
+    """The installed wheel's demo and memory parity suite, and the unasync check, on one Python;
+    with ``floors``, every dependency at its lowest allowed version, and both drivers imported."""
     venv = work / f"venv-{Path(interpreter).name}"
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["JOBCORE_TEST_DRIVERS"] = "memory"
+    python = str(venv / "bin" / "python")
+    install = [python, "-m", "pip", "install", "-q", f"{wheel}[parity]"]
+    if floors:
+        constraints = work / f"floors-{Path(interpreter).name}.txt"
+        constraints.write_text("\n".join(floor_constraints()) + "\n", encoding="utf-8")
+        install = [*install[:-1], "-c", str(constraints), f"{wheel}[parity,{','.join(FLOOR_EXTRAS)}]"]
     steps = [
         ([interpreter, "-m", "venv", str(venv)], work),
-        ([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[parity]"], work),
+        (install, work),
         ([str(venv / "bin" / "jobcore"), "demo"], work),
         ([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "jobcore.parity.plugin",
           "--pyargs", "jobcore.parity", "--jobcore-drivers", "memory"], work),
         ([interpreter, str(ROOT / "tools" / "unasync.py"), "--check"], ROOT),
     ]
+    if floors:
+        imports = (
+            "import importlib.metadata as m, jobcore.drivers.postgres, jobcore.drivers.mongo; "
+            "print('floors:', *(f'{n} {m.version(n)}' for n in ('attrs', 'cronsim', 'tzdata', 'psycopg', "
+            "'psycopg-pool', 'pymongo')))"
+        )
+        steps.insert(2, ([python, "-c", imports], work))
     log: list[str] = []
     for cmd, cwd in steps:
         started = time.monotonic()
@@ -110,7 +150,7 @@ def run_on(interpreter: str, wheel: Path, work: Path) -> tuple[bool, str]:
         if done.returncode != 0:
             log.append((done.stdout + done.stderr).rstrip()[-4000:])
             return False, "\n".join(log)
-        if "pytest" in cmd:
+        if cmd[1:3] == ["-m", "pytest"] or cmd[1] == "-c":  # the suite's tally, the floors' versions
             log.append(done.stdout.strip().splitlines()[-1])
     return True, "\n".join(log)
 
@@ -130,7 +170,10 @@ def other_pythons(wheel: Path, work: Path) -> bool:
         else:
             found[version] = interpreter
     with concurrent.futures.ThreadPoolExecutor(max(1, len(found))) as pool:
-        runs = {version: pool.submit(run_on, interpreter, wheel, work) for version, interpreter in found.items()}
+        runs = {
+            version: pool.submit(run_on, interpreter, wheel, work, floors=version == versions[0])
+            for version, interpreter in found.items()
+        }
         for version, run in runs.items():
             passed, log = run.result()
             verdict = "passed" if passed else "FAILED"

@@ -56,7 +56,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobcore.errors import NotSupported
+import pymongo
+
+from jobcore.errors import DriverUnavailable, NotSupported
 
 from ._store import (
     CLOCK_READ_BOUND,
@@ -70,6 +72,16 @@ from ._watch import Hub
 
 if TYPE_CHECKING:
     from ._adriver import AsyncMongoDriver
+
+PYMONGO_FLOOR = "4.13"
+"""The oldest PyMongo either flavour runs on (``Cursor.to_list`` from 4.9, the stable
+``AsyncMongoClient`` from 4.13); the ``jobcore-queue[mongo]`` extra asks for it."""
+
+if pymongo.version_tuple < (4, 13):
+    raise DriverUnavailable(
+        f"PyMongo {pymongo.version} is too old for jobcore's MongoDB driver, which needs PyMongo {PYMONGO_FLOOR}",
+        f"pip install --upgrade 'pymongo>={PYMONGO_FLOOR}' (the jobcore-queue[mongo] extra asks for it)",
+    )
 
 __all__ = [
     "CLOCK_READ_BOUND",

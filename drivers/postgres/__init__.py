@@ -66,6 +66,7 @@ from jobcore.driver import Duration
 from jobcore.errors import (
     BackendAuthFailed,
     BackendUnavailable,
+    DriverUnavailable,
     UrlInvalid,
 )
 from jobcore.records import Job, Migration
@@ -102,6 +103,16 @@ from ._schedules import PostgresSchedules
 from ._sql import Statements, bound
 
 __all__ = ["AsyncPostgresDriver", "PostgresDriver", "make_pool"]
+
+PSYCOPG_FLOOR = "3.3.6"
+"""The oldest psycopg the driver runs on: its ``Connection.wait(timeout=)`` bounds every call (F07)."""
+
+if not hasattr(psycopg.errors, "_WaitTimeout"):  # what 3.3.6's wait(timeout=) raises; older ones have neither
+    raise DriverUnavailable(
+        f"psycopg {psycopg.__version__} is too old for jobcore's PostgreSQL driver, which bounds every "
+        f"call with Connection.wait(timeout=) from psycopg {PSYCOPG_FLOOR}",
+        f"pip install 'psycopg[binary]>={PSYCOPG_FLOOR}' (the jobcore-queue[postgres] extra asks for it)",
+    )
 
 Row = tuple[Any, ...]
 _MS = timedelta(milliseconds=1)

@@ -31,7 +31,7 @@ def django_connection(alias: str) -> psycopg.Connection[Any]:
     if not isinstance(conn, psycopg.Connection):
         raise NotSupported(
             f"Django database {alias!r} runs on {type(conn).__module__}, not psycopg 3",
-            "pip install 'psycopg[binary]>=3.3' (Django uses psycopg 3 when it is installed)",
+            "pip install 'psycopg[binary]>=3.3.6' (Django uses psycopg 3 when it is installed)",
         )
     return conn
 
