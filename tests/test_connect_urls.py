@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import jobcore
@@ -72,3 +76,43 @@ def test_a_real_clock_and_the_driver_options_are_taken() -> None:
     driver = jobcore.connect("memory://", clock=ManualClock(), default_max_attempts=3)
     assert isinstance(driver.clock, ManualClock)
     assert driver.enqueue("j").max_attempts == 3
+
+
+@pytest.mark.parametrize(
+    ("made_old", "url", "cause", "fix"),
+    [
+        (  # psycopg 3.3.5 and older: no Connection.wait(timeout=), the call bound of F07
+            "import psycopg.errors; del psycopg.errors._WaitTimeout",
+            "postgresql://nobody@127.0.0.1:1/none",
+            "psycopg {version} is too old for jobcore's PostgreSQL driver, which bounds every call with "
+            "Connection.wait(timeout=) from psycopg 3.3.6",
+            "pip install 'psycopg[binary]>=3.3.6' (the jobcore-queue[postgres] extra asks for it)",
+        ),
+        (  # PyMongo 4.12 and older: no stable AsyncMongoClient (and no Cursor.to_list before 4.9)
+            "import pymongo; pymongo.version_tuple = (4, 12, 1); pymongo.version = '4.12.1'",
+            "mongodb://127.0.0.1:1/none",
+            "PyMongo 4.12.1 is too old for jobcore's MongoDB driver, which needs PyMongo 4.13",
+            "pip install --upgrade 'pymongo>=4.13' (the jobcore-queue[mongo] extra asks for it)",
+        ),
+    ],
+    ids=["psycopg", "pymongo"],
+)
+def test_a_driver_library_older_than_its_floor_is_refused_by_name(
+    made_old: str, url: str, cause: str, fix: str
+) -> None:
+    """Below the floor, each driver used to fail its first calls with a raw AttributeError inside
+    (psycopg: every call as "no database connection could be had in time"). Now the import, so
+    connect() and every `jobcore` command, answers JC_DRIVER_UNAVAILABLE naming the version to
+    install; shown with the installed library made to look old."""
+    import psycopg  # noqa: PLC0415 - the installed version, as the refusal names it
+
+    script = f"import sys; {made_old}; from jobcore.cli import main; sys.exit(main(['stats', '--url', {url!r}]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.stderr.splitlines() == [
+        f"error JC_DRIVER_UNAVAILABLE: {cause.format(version=psycopg.__version__)}",
+        f"  fix: {fix}",
+    ]
+    assert proc.returncode != 0

@@ -273,24 +273,3 @@ def test_invalid_connection_parameters_are_refused_before_connecting(
         assert says in info.value.cause
         assert "pw-xyz1" not in _shown(info.value)
     assert _accepted(listener) == 0
-
-
-def test_a_psycopg_too_old_for_the_call_bound_is_refused_by_name_before_anything_connects() -> None:
-    """psycopg before 3.3.6 has no Connection.wait(timeout=): each call of the driver used to fail
-    as 'no database connection could be had in time' with a raw AttributeError logged. Now
-    `jobcore stats` (and connect(), and the import) answer JC_DRIVER_UNAVAILABLE naming the
-    floor; shown here with the attribute taken away, as on psycopg 3.3.5."""
-    script = (
-        "import sys, psycopg.errors; del psycopg.errors._WaitTimeout; from jobcore.cli import main; "
-        "sys.exit(main(['stats', '--url', 'postgresql://nobody@127.0.0.1:1/none']))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    lines = proc.stderr.splitlines()
-    assert lines[0].startswith(f"error JC_DRIVER_UNAVAILABLE: psycopg {psycopg.__version__} is too old"), proc.stderr
-    assert "psycopg 3.3.6" in lines[0]
-    assert lines[1] == "  fix: pip install 'psycopg[binary]>=3.3.6' (the jobcore-queue[postgres] extra asks for it)"
-    assert len(lines) == 2, proc.stderr
-    assert proc.returncode != 0
