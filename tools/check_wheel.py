@@ -156,10 +156,11 @@ def run_on(interpreter: str, wheel: Path, work: Path, *, floors: bool = False) -
 
 
 def other_pythons(wheel: Path, work: Path) -> bool:
-    """Runs :func:`run_on` on the oldest and newest supported Pythons other than this one."""
+    """Runs :func:`run_on` on the oldest supported Python (at the floors, even when it is this
+    one: the main run installed the newest dependencies) and on the newest, unless it is this one."""
     versions = supported_pythons()
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    wanted = [v for v in dict.fromkeys([versions[0], versions[-1]]) if v != here]
+    wanted = [v for v in dict.fromkeys([versions[0], versions[-1]]) if v == versions[0] or v != here]
     ok = True
     found: dict[str, str] = {}
     for version in wanted:
