@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -73,9 +74,15 @@ def connect_async(url: str, **options: Any) -> AsyncJobDriver:
     return factory(url, **options)  # type: ignore[no-any-return]
 
 
+_URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""What a driver URL starts with: a scheme (RFC 3986: a letter, then letters, digits, ``+-.``)."""
+
+
 def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
     """The ``from_url`` of the class serving ``url`` in ``flavour`` (``""`` sync, ``"Async"``)."""
-    if not isinstance(url, str) or "://" not in url:
+    if not isinstance(url, str) or not _URL_START.match(url):
+        # "://" elsewhere than after a scheme (a keyword/value string whose password holds
+        # it) is no URL either: it used to be refused as "no driver handles :// URLs".
         fix = None
         if isinstance(url, str) and "=" in url:
             fix = (

@@ -32,6 +32,22 @@ def test_a_malformed_url_is_refused_coded_without_its_password(url: str) -> None
     assert refused.value.fix
 
 
+KV_WITH_SEPARATOR = [f"host=db password={SECRET}:// user=bob", f"host=db password='{SECRET}://x' dbname=q"]
+
+
+@pytest.mark.parametrize("text", KV_WITH_SEPARATOR)
+def test_a_keyword_value_string_whose_password_holds_a_scheme_separator_is_refused_as_no_url(text: str) -> None:
+    """``://`` inside a libpq keyword/value string does not make it a URL: the refusal points to
+    the URL form, as for any keyword/value string, and never reads the text as a scheme."""
+    with pytest.raises(UrlInvalid) as refused:
+        jobcore.connect(text)
+    shown = f"{refused.value} {refused.value.cause} {refused.value.fix}"
+    assert "is not a driver URL" in refused.value.cause
+    assert "keyword/value string" in refused.value.fix
+    assert "driver handles" not in shown
+    assert SECRET not in shown
+
+
 def test_redact_url_masks_every_password_and_keeps_the_rest() -> None:
     text = "tried postgresql://u:pw1@db:5432/x?sslmode=require then mongodb://v:pw2@m1,m2/y and memory://"
     assert redact_url(text) == (

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import jobcore
@@ -86,6 +86,7 @@ def _refusal_text(call: Any) -> str:
 
 @SETTINGS
 @given(pw=passwords, form=st.sampled_from(sorted(FORMS)), breaker=st.sampled_from(BREAKERS))
+@example(pw="y://", form="kv-bare", breaker="?sslmode=bogus")  # CI, stop 37: read as a URL, "memory://" matched
 def test_a_password_never_appears_in_what_quotes_a_connection_string(pw: str, form: str, breaker: str) -> None:
     """Generated passwords, every connection string form: redact, refusals and reprs never show them."""
     text = FORMS[form](pw, breaker)
