@@ -84,7 +84,9 @@ def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
         # "://" elsewhere than after a scheme (a keyword/value string whose password holds
         # it) is no URL either: it used to be refused as "no driver handles :// URLs".
         fix = None
-        if isinstance(url, str) and "=" in url:
+        if isinstance(url, str) and _URL_START.match(url.lstrip()):
+            fix = "remove the whitespace before the URL's scheme"
+        elif isinstance(url, str) and "=" in url:
             fix = (
                 "a libpq keyword/value string is not a driver URL: write it as "
                 "postgresql://user:password@host:port/db?option=value (or pass it to PostgresDriver)"

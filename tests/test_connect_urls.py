@@ -48,6 +48,13 @@ def test_a_keyword_value_string_whose_password_holds_a_scheme_separator_is_refus
     assert SECRET not in shown
 
 
+def test_a_url_after_whitespace_is_refused_naming_the_whitespace() -> None:
+    with pytest.raises(UrlInvalid) as refused:
+        jobcore.connect(f" postgresql://bob:{SECRET}@db/q?sslmode=require")
+    assert refused.value.fix == "remove the whitespace before the URL's scheme"
+    assert SECRET not in str(refused.value)
+
+
 def test_redact_url_masks_every_password_and_keeps_the_rest() -> None:
     text = "tried postgresql://u:pw1@db:5432/x?sslmode=require then mongodb://v:pw2@m1,m2/y and memory://"
     assert redact_url(text) == (
