@@ -47,11 +47,14 @@ class Bounds:
         select: Longest wait for a usable server: ``call``, else the client's
             ``serverSelectionTimeoutMS``.
         connect: Longest wait to open one connection (``connectTimeoutMS``).
+        fixed: The bounds are a reading of the server's clock's own, which no option
+            raises; an error under them says so instead of "raise call_timeout=".
     """
 
     call: float | None
     select: float
     connect: float
+    fixed: bool = False
 
     def describe(self) -> str:
         call = "none" if self.call is None else f"{self.call:g}s"
@@ -66,10 +69,13 @@ _UNAUTHORIZED = 13
 
 
 def _unavailable_fix(bounds: Bounds) -> str:
+    longer = (
+        "a reading of the server's clock waits no longer, whatever the call bound" if bounds.fixed
+        else "raise call_timeout= or timeoutMS in the URI to wait longer"
+    )
     return (
         "check that the MongoDB server is up and reachable from this host; the call may be retried "
-        f"(the driver waited {bounds.select:g}s for a server; "
-        "raise call_timeout= or timeoutMS in the URI to wait longer)"
+        f"(the driver waited {bounds.select:g}s for a server; {longer})"
     )
 
 

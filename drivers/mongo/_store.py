@@ -118,7 +118,7 @@ class MongoStore(FrontDoor):
             connect=float(options.pool_options.connect_timeout or 0),
         )
         clock_bound = min(bound or CLOCK_READ_BOUND, CLOCK_READ_BOUND)
-        self._clock_bounds = attrs.evolve(self._bounds, call=clock_bound, select=clock_bound)
+        self._clock_bounds = attrs.evolve(self._bounds, call=clock_bound, select=clock_bound, fixed=True)
         """A clock reading's bounds: its own deadline, which its errors report (not the call's)."""
         if clock is None:
             clock = StoreClock(self._store_time)
