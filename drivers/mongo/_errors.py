@@ -47,8 +47,8 @@ class Bounds:
         select: Longest wait for a usable server: ``call``, else the client's
             ``serverSelectionTimeoutMS``.
         connect: Longest wait to open one connection (``connectTimeoutMS``).
-        fixed: The bounds are a reading of the server's clock's own, which no option
-            raises; an error under them says so instead of "raise call_timeout=".
+        fixed: These are the bounds of a reading of the server's clock, which no option
+            raises: an error under them says so rather than advise "raise call_timeout=".
     """
 
     call: float | None
