@@ -80,13 +80,13 @@ _URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
     """The ``from_url`` of the class serving ``url`` in ``flavour`` (``""`` sync, ``"Async"``)."""
+    if isinstance(url, str) and url != url.strip() and _URL_START.match(url.strip()):
+        _refuse_whitespace(url)
     if not isinstance(url, str) or not _URL_START.match(url):
         # "://" elsewhere than after a scheme (a keyword/value string whose password holds
         # it) is no URL either: it used to be refused as "no driver handles :// URLs".
         fix = None
-        if isinstance(url, str) and _URL_START.match(url.lstrip()):
-            fix = "remove the whitespace before the URL's scheme"
-        elif isinstance(url, str) and "=" in url:
+        if isinstance(url, str) and "=" in url:
             fix = (
                 "a libpq keyword/value string is not a driver URL: write it as "
                 "postgresql://user:password@host:port/db?option=value (or pass it to PostgresDriver)"
@@ -114,6 +114,19 @@ def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:
             f"pip install 'jobcore-queue[{extra}]'",
         ) from exc
     return getattr(module, flavour + class_name).from_url  # type: ignore[no-any-return]
+
+
+def _refuse_whitespace(url: str) -> None:
+    """Refuse a URL with whitespace around it, naming it, whatever its scheme: a URL read from
+    a file or a secret often ends in a newline, which PyMongo keeps in the database's name
+    (``db`` and a newline: another database, silently)."""
+    scheme = url.strip().split("://", 1)[0]
+    sides = (("starts", url[: len(url) - len(url.lstrip())]), ("ends", url[len(url.rstrip()):]))
+    where = " and ".join(f"{side} with {blank!r}" for side, blank in sides if blank)
+    raise UrlInvalid(
+        f"the {scheme}:// URL {where}",
+        "strip the whitespace around it (a URL read from a file or a secret often ends in a newline)",
+    )
 
 
 def _refuse_unknown_options(factory: Callable[..., Any], options: dict[str, Any]) -> None:

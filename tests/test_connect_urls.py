@@ -48,10 +48,22 @@ def test_a_keyword_value_string_whose_password_holds_a_scheme_separator_is_refus
     assert SECRET not in shown
 
 
-def test_a_url_after_whitespace_is_refused_naming_the_whitespace() -> None:
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize(("text", "where"), [
+    (f"postgresql://bob:{SECRET}@127.0.0.1:1/db?sslmode=require\n", "ends with '\\n'"),
+    (f"mongodb://bob:{SECRET}@127.0.0.1:1/app\n", "ends with '\\n'"),
+    ("memory://\r\n", "ends with '\\r\\n'"),
+    (f" postgresql://bob:{SECRET}@127.0.0.1:1/db ", "starts with ' ' and ends with ' '"),
+], ids=["postgresql-newline", "mongodb-newline", "memory-crlf", "postgresql-spaces"])
+def test_a_url_with_whitespace_around_it_is_refused_naming_it(text: str, where: str, flavour: str) -> None:
+    """A URL read from a file or a secret often ends in a newline. PyMongo kept it in the
+    database's name (another database, silently); now every scheme refuses it, by name."""
+    build = jobcore.connect if flavour == "sync" else jobcore.connect_async
     with pytest.raises(UrlInvalid) as refused:
-        jobcore.connect(f" postgresql://bob:{SECRET}@db/q?sslmode=require")
-    assert refused.value.fix == "remove the whitespace before the URL's scheme"
+        build(text)
+    scheme = text.strip().split(":", 1)[0]
+    assert refused.value.cause == f"the {scheme}:// URL {where}"
+    assert refused.value.fix.startswith("strip the whitespace around it")
     assert SECRET not in str(refused.value)
 
 

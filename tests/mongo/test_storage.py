@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from jobcore.drivers.mongo import MongoDriver
+from jobcore.drivers.mongo import AsyncMongoDriver, MongoDriver
 from jobcore.drivers.mongo import _docs as docs
 from jobcore.drivers.mongo._errors import translate
 from pymongo import errors as pe
@@ -17,6 +17,7 @@ from jobcore.errors import (
     BackendTimeout,
     BackendUnavailable,
     JobNotRemovable,
+    OptionInvalid,
     PayloadInvalid,
     SchemaOutdated,
     UrlInvalid,
@@ -193,6 +194,28 @@ def test_from_url_refuses_garbage() -> None:
     """A URL pymongo cannot parse is JC_URL_INVALID."""
     with pytest.raises(UrlInvalid):
         MongoDriver.from_url("mongodb://")
+
+
+@pytest.mark.parametrize(("cls", "client"), [(MongoDriver, "MongoClient"), (AsyncMongoDriver, "AsyncMongoClient")])
+def test_a_database_name_mongodb_would_misread_is_refused_before_a_client_exists(
+    cls: Any, client: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A newline at the end of a URL read from a secret made PyMongo use database "app\\n":
+    another database than the enqueuers', silently (MongoDB takes the name). Now such a name
+    is refused, from the URL's path or the ``database`` option, with no client made."""
+    made: list[object] = []
+    module = "_store" if cls is MongoDriver else "_store_async"
+    monkeypatch.setattr(f"jobcore.drivers.mongo.{module}.{client}", lambda *a, **k: made.append(a))
+    with pytest.raises(UrlInvalid) as from_url:
+        cls.from_url("mongodb://127.0.0.1:1/app\n")
+    assert "'app\\n'" in from_url.value.cause
+    assert "it holds '\\n'" in from_url.value.cause
+    assert "strip it" in from_url.value.fix
+    for name, problem in [("a b", "it holds ' '"), ("we$ird", "it holds '$'"), ("x" * 64, "64 bytes")]:
+        with pytest.raises(OptionInvalid) as refused:
+            cls("mongodb://127.0.0.1:1/", database=name)
+        assert problem in refused.value.cause
+    assert made == []
 
 
 @pytest.mark.parametrize(
