@@ -29,7 +29,7 @@ from pymongo import errors as pe
 
 from jobcore.errors import BackendAuthFailed, BackendError, BackendFailure, BackendTimeout, BackendUnavailable, redact
 
-__all__ = ["Bounds", "translate", "translated", "translated_async"]
+__all__ = ["DATABASE_FIX", "Bounds", "database_problem", "translate", "translated", "translated_async"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -66,6 +66,26 @@ _UNBOUNDED = Bounds(call=None, select=30.0, connect=20.0)  # pymongo's own defau
 
 _AUTHENTICATION_FAILED = 18
 _UNAUTHORIZED = 13
+
+
+_NOT_IN_DATABASE = frozenset('/\\. "$*<>:|?')
+"""What MongoDB refuses in a database name (on some platform), the space among it."""
+DATABASE_FIX = (
+    "name it with up to 63 bytes of letters, digits, _ and -; "
+    "a URL read from a file or a secret may end in a newline: strip it"
+)
+
+
+def database_problem(name: str) -> str | None:
+    """Why MongoDB would not take ``name`` for a database, or None. A control character
+    (the newline at the end of a URL read from a file) counts too: the server would take
+    it, making another database than the one meant, silently."""
+    bad = sorted({c for c in name if c in _NOT_IN_DATABASE or not c.isprintable()})
+    if bad:
+        return f"it holds {', '.join(map(repr, bad))}"
+    if len(name.encode("utf-8")) > 63:
+        return f"{len(name.encode('utf-8'))} bytes, over MongoDB's 63"
+    return None
 
 
 def _unavailable_fix(bounds: Bounds) -> str:

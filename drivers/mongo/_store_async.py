@@ -37,7 +37,7 @@ from jobcore.errors import BackendFailure, NotSupported, OptionInvalid, SchemaOu
 from jobcore.records import Job, Migration
 
 from . import _docs as d
-from ._errors import Bounds, translate, translated_async
+from ._errors import DATABASE_FIX, Bounds, database_problem, translate, translated_async
 from ._introspect_async import AsyncMongoIntrospect
 from ._jobs_async import AsyncMongoJobs
 from ._leases_async import AsyncMongoLeases
@@ -87,9 +87,9 @@ class AsyncMongoStore(AsyncFrontDoor):
         connect_bound = _seconds(connect_timeout, "connect_timeout")
         # Every argument is checked before a client is made, so a refusal leaves no client behind.
         v.check_name(database, "database")
-        problem = _database_problem(database)
+        problem = database_problem(database)
         if problem:
-            raise OptionInvalid(f"database={database!r:.70} is not a MongoDB database name ({problem})", _DATABASE_FIX)
+            raise OptionInvalid(f"database={database!r:.70} is not a MongoDB database name ({problem})", DATABASE_FIX)
         if not isinstance(collection_prefix, str) or "$" in collection_prefix or "\x00" in collection_prefix:
             raise OptionInvalid(f"collection_prefix={collection_prefix!r:.60} is not usable", "pass e.g. 'jobcore_'")
         v.check_int(default_max_attempts, "default_max_attempts", 1, v.MAX_ATTEMPTS)
@@ -159,11 +159,11 @@ class AsyncMongoStore(AsyncFrontDoor):
         except (pe.ConfigurationError, pe.InvalidURI, ValueError) as exc:
             raise UrlInvalid(f"{repr(redact(url))[:80]} is not a valid mongodb:// URL ({redact(exc)})") from exc
         if parsed.get("database") and "database" not in options:
-            problem = _database_problem(parsed["database"])
+            problem = database_problem(parsed["database"])
             if problem:
                 raise UrlInvalid(
                     f"the URL's database {parsed['database']!r:.70} is not a MongoDB database name ({problem})",
-                    _DATABASE_FIX,
+                    DATABASE_FIX,
                 )
             options["database"] = parsed["database"]
         return cls(url, **options)
@@ -435,26 +435,6 @@ class AsyncMongoStore(AsyncFrontDoor):
     def __repr__(self) -> str:
         return f"AsyncMongoDriver(collection={self._jobs.full_name!r}, clock={self.clock!r})"
 
-
-
-_NOT_IN_DATABASE = frozenset('/\\. "$*<>:|?')
-"""What MongoDB refuses in a database name (on some platform), the space among it."""
-_DATABASE_FIX = (
-    "name it with up to 63 bytes of letters, digits, _ and -; "
-    "a URL read from a file or a secret may end in a newline: strip it"
-)
-
-
-def _database_problem(name: str) -> str | None:
-    """Why MongoDB would not take ``name`` for a database, or None. A control character
-    (the newline at the end of a URL read from a file) counts too: the server would take
-    it, making another database than the one meant, silently."""
-    bad = sorted({c for c in name if c in _NOT_IN_DATABASE or not c.isprintable()})
-    if bad:
-        return f"it holds {', '.join(map(repr, bad))}"
-    if len(name.encode("utf-8")) > 63:
-        return f"{len(name.encode('utf-8'))} bytes, over MongoDB's 63"
-    return None
 
 
 def _seconds(value: object, name: str) -> float:
