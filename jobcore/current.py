@@ -17,7 +17,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobcore.driver import AsyncJobDriver, Duration, JobDriver
-from jobcore.errors import DriverUnavailable, JobNotCancellable, NoDriver, OptionInvalid, UrlInvalid, redact
+from jobcore.errors import (
+    URL_SCHEME,
+    DriverUnavailable,
+    JobNotCancellable,
+    NoDriver,
+    OptionInvalid,
+    UrlInvalid,
+    redact,
+)
 from jobcore.records import Job
 
 __all__ = [
@@ -74,8 +82,8 @@ def connect_async(url: str, **options: Any) -> AsyncJobDriver:
     return factory(url, **options)  # type: ignore[no-any-return]
 
 
-_URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-"""What a driver URL starts with: a scheme (RFC 3986: a letter, then letters, digits, ``+-.``)."""
+_URL_START = re.compile(URL_SCHEME)
+"""What a driver URL starts with: a scheme and ``://``."""
 
 
 def _driver_class(url: object, *, flavour: str) -> Callable[..., Any]:

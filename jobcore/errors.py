@@ -366,7 +366,9 @@ def all_error_classes() -> list[type[JobcoreError]]:
     return found
 
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@?#\s]*):[^/?#\s]*@")
+URL_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*://"
+"""A URL's scheme and its ``://`` (RFC 3986: a letter, then letters, digits, ``+-.``), as a pattern."""
+_USERINFO = re.compile(rf"(?P<scheme>{URL_SCHEME})(?P<user>[^:/@?#\s]*):[^/?#\s]*@")
 """``scheme://user:password@``: the password runs to the last ``@`` of the authority."""
 _SECRET_KEY = r"[A-Za-z_]*(?:password|passwd|pwd|secret)[A-Za-z_]*"  # noqa: S105 - names, not a password
 _QUERY_SECRET = re.compile(rf"(?P<key>[?&](?i:{_SECRET_KEY}))=[^&#\s]*")
