@@ -77,7 +77,7 @@ PYMONGO_FLOOR = "4.13"
 """The oldest PyMongo either flavour runs on (``Cursor.to_list`` from 4.9, the stable
 ``AsyncMongoClient`` from 4.13); the ``jobcore-queue[mongo]`` extra asks for it."""
 
-if pymongo.version_tuple < (4, 13):
+if pymongo.version_tuple < tuple(int(part) for part in PYMONGO_FLOOR.split(".")):
     raise DriverUnavailable(
         f"PyMongo {pymongo.version} is too old for jobcore's MongoDB driver, which needs PyMongo {PYMONGO_FLOOR}",
         f"pip install --upgrade 'pymongo>={PYMONGO_FLOOR}' (the jobcore-queue[mongo] extra asks for it)",
