@@ -33,7 +33,7 @@ original stays on ``__cause__``.
     │   ├── JobNotRegistered               JC_JOB_NOT_REGISTERED
     │   └── NotSupported                   JC_NOT_SUPPORTED
     ├── BackendError                       the database failed; the original is on __cause__
-    │   ├── BackendUnavailable             JC_DB_UNAVAILABLE (connection lost, server down)
+    │   ├── BackendUnavailable             JC_DB_UNAVAILABLE (connection lost, server down or read-only)
     │   ├── BackendAuthFailed              JC_DB_AUTH (the server refused the credentials)
     │   ├── BackendTimeout                 JC_DB_TIMEOUT (statement or server selection timeout)
     │   ├── SchemaOutdated                 JC_SCHEMA_OUTDATED
@@ -298,7 +298,7 @@ class BackendError(JobcoreError):
 
 
 class BackendUnavailable(BackendError):
-    """The connection was lost or the server cannot be reached."""
+    """The connection was lost, the server cannot be reached, or it takes no writes (a standby)."""
 
     code = "JC_DB_UNAVAILABLE"
     default_fix = "check that the database is up and reachable; the call may be retried"

@@ -84,7 +84,7 @@ from ._config import (
     store_url,
     timeouts,
 )
-from ._errors import origin, route_pool_logging, translate, translated
+from ._errors import READ_ONLY, origin, route_pool_logging, translate, translated
 from ._introspect import PostgresIntrospect
 from ._jobs import PostgresJobs
 from ._leases import PostgresLeases
@@ -342,6 +342,8 @@ class PostgresDriver(FrontDoor):
                     cur.execute(text, args)
                     return cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as exc:
+                if isinstance(exc, READ_ONLY):
+                    pooled.close()  # a server that takes no writes: the next call connects again
                 error = translate(exc, self.schema)
                 if retry and attempt == 1 and isinstance(error, BackendUnavailable):  # lost mid-call
                     continue
@@ -399,6 +401,9 @@ class PostgresDriver(FrontDoor):
             else:
                 with conn:  # a caller's pool without autocommit: commit (or roll back) here
                     yield conn
+        except READ_ONLY:
+            conn.close()  # a server that takes no writes: the next call connects again
+            raise
         finally:
             self._pool.putconn(conn)
 

@@ -43,7 +43,7 @@ from ._config import (
     split_url,
     store_url,
 )
-from ._errors import origin, translate, translated
+from ._errors import READ_ONLY, origin, translate, translated
 from ._introspect_async import AsyncPostgresIntrospect
 from ._jobs_async import AsyncPostgresJobs
 from ._leases_async import AsyncPostgresLeases
@@ -251,6 +251,8 @@ class AsyncPostgresDriver(AsyncFrontDoor):
                     await cur.execute(text, args)
                     return await cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as exc:
+                if isinstance(exc, READ_ONLY):
+                    discard(pooled)  # a server that takes no writes: the next call connects again
                 error = translate(exc, self.schema)
                 if retry and attempt == 1 and isinstance(error, BackendUnavailable):  # lost mid-call
                     continue
@@ -301,6 +303,9 @@ class AsyncPostgresDriver(AsyncFrontDoor):
             else:
                 async with conn:  # a caller's pool without autocommit: commit (or roll back) here
                     yield conn
+        except READ_ONLY:
+            discard(conn)  # a server that takes no writes: the next call connects again
+            raise
         finally:
             await self._putconn(conn)
 

@@ -10,6 +10,9 @@ a raw psycopg exception; the original stays on ``__cause__``:
 * a refused or unreachable host, a connection not made within ``connect_timeout``, a lost
   connection, a server starting up or shutting down, an exhausted pool ->
   ``BackendUnavailable``, naming the host and port it tried;
+* a server that takes no writes (a standby, a primary set read-only; no listed host a
+  primary during a failover) -> ``BackendUnavailable``, which the driver answers after
+  closing that connection, so the next call connects again;
 * connection parameters libpq refuses when connecting -> ``UrlInvalid`` (most are refused
   earlier, by :func:`._pool.check_conninfo`, before any connection is tried);
 * a missing table or schema -> ``SchemaOutdated`` (run ``jobcore migrate``);
@@ -42,7 +45,7 @@ from jobcore.errors import (
 
 from ._pool import CallTimeout, ConnectFailed
 
-__all__ = ["origin", "route_pool_logging", "translate", "translated"]
+__all__ = ["READ_ONLY", "origin", "route_pool_logging", "translate", "translated"]
 
 _AUTH = re.compile(
     r"authentication failed|fe_sendauth|no password supplied|no pg_hba\.conf entry|"
@@ -58,6 +61,17 @@ _UNREACHABLE_FIX = (
     "check that PostgreSQL is running at that host and port and accepts TCP connections from this "
     "host (listen_addresses, firewall), and the host and port in the URL; the call may be retried"
 )
+
+_READ_ONLY_FIX = (
+    "point the URL at the primary; with standbys beside it, list every host "
+    "(postgresql://user@db1:5432,db2:5432/app): jobcore then connects only to the one that takes writes "
+    "(target_session_attrs=read-write); the call may be retried, and a failover in progress ends once a "
+    "standby is promoted"
+)
+READ_ONLY = pg.ReadOnlySqlTransaction
+"""SQLSTATE 25006: the server takes no writes. The driver closes the connection that met it."""
+_NOT_WRITABLE = ("session is read-only", "server is in hot standby mode")
+"""What libpq says when no listed host takes writes (``target_session_attrs=read-write``)."""
 
 _NOT_NOW = ("the database system is starting up", "the database system is shutting down")
 """What a refused connection says while the server starts or stops (SQLSTATE 57P03, which a
@@ -83,6 +97,8 @@ def _connect_failure(exc: ConnectFailed, text: str) -> JobcoreError:
         return BackendUnavailable(
             f"{where} is starting up or shutting down: {text}", "retry shortly; the call may be retried"
         )
+    if any(s in text for s in _NOT_WRITABLE):
+        return BackendUnavailable(f"no host of {where} takes writes now: {text}", _READ_ONLY_FIX)
     if "does not exist" in text:  # the database named in the URL
         return BackendUnavailable(
             f"{where} has no such database: {text}", "check the database name in the URL (dbname)"
@@ -118,6 +134,8 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
         return BackendUnavailable(
             f"the database is starting up or shutting down: {text}", "retry shortly; the call may be retried"
         )
+    if isinstance(exc, pg.ReadOnlySqlTransaction):  # a standby, or a primary set read-only
+        return BackendUnavailable(f"the database server is read-only (a standby?): {text}", _READ_ONLY_FIX)
     if isinstance(exc, pg.QueryCanceled | pg.LockNotAvailable):
         return BackendTimeout(f"the database cancelled the statement: {text}")
     if isinstance(exc, psycopg_pool.PoolTimeout):

@@ -24,6 +24,7 @@ from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Mig
 
 from ._anotify import AsyncFinishHub, AsyncListener  # sync: from ._notify import FinishHub, Listener, Waiting
 from ._notify import Waiting  # sync: drop
+from ._pool import check_conninfo, writable_only
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
 
 if TYPE_CHECKING:
@@ -356,6 +357,7 @@ class AsyncPostgresJobs:
         kwargs = {k: val for k, val in pool_kwargs.items() if k not in ("autocommit", "call_timeout", "session")}
         if d.listen_url is not None:
             conninfo = d.listen_url
+            kwargs.update(writable_only(check_conninfo(conninfo)))  # LISTEN is refused on a standby
         elif await d._pooler_found():  # sync: elif d._behind_pooler():
             raise NotSupported(
                 "wake-ups (LISTEN) cannot go through a transaction pooler, and no listen_url was given",

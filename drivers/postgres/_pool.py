@@ -66,6 +66,7 @@ __all__ = [
     "connect_kwargs",
     "describe_target",
     "probe",
+    "writable_only",
 ]
 
 RV = TypeVar("RV")
@@ -279,7 +280,8 @@ def connect_kwargs(
     it applies once open (UTC, generic plans, the server's ``statement_timeout``: given, else
     :data:`SERVER_SHARE` of ``call_timeout``; none of it behind a transaction pooler).
     No startup ``options`` are sent (a pooler may refuse them); the caller's own, in the
-    conninfo, are, and the settings they name are not overridden. ``extra`` (psycopg's
+    conninfo, are, and the settings they name are not overridden. A conninfo listing several
+    hosts connects only to one that takes writes (:func:`writable_only`). ``extra`` (psycopg's
     keywords: ``cursor_factory``...) wins."""
     # Generic plans: every statement is shaped (ANY(ARRAY(...)) joins, LATERAL per queue) so
     # its generic plan reads the same indexes as a custom one, and the claim, whose custom
@@ -299,7 +301,22 @@ def connect_kwargs(
     }
     if params.get("connect_timeout") is None:
         kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
-    return {**kwargs, **extra}
+    return {**kwargs, **writable_only(params), **extra}
+
+
+def writable_only(params: Mapping[str, Any]) -> dict[str, str]:
+    """``target_session_attrs=read-write`` when ``params`` list more than one host and neither
+    they nor ``PGTARGETSESSIONATTRS`` choose otherwise, else nothing.
+
+    Every statement of the driver may write, and libpq's own default (``any``) takes the
+    first host that answers: after a failover that is often the old primary, back as a
+    standby, where every claim and ack would be refused. With ``read-write`` libpq skips
+    the hosts that cannot take writes and connects to the one that can.
+    """
+    hosts = _split(params.get("host") or os.environ.get("PGHOST")) or _split(params.get("hostaddr"))
+    if len(hosts) < 2 or params.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS"):
+        return {}
+    return {"target_session_attrs": "read-write"}
 
 
 _CHOICES: Final[dict[str, frozenset[str]]] = {

@@ -69,6 +69,23 @@ def own_store(
 
 
 @pytest.fixture
+def own_pair(driver_name: str) -> Iterator[h.Store]:
+    """A primary and a synchronous standby of this test's own (PostgreSQL's failover)."""
+    if driver_name != "postgres":
+        pytest.skip(f"the failover scenario is PostgreSQL's own (a primary and its standby), not {driver_name}'s")
+    try:
+        made = h.own_postgres_pair()
+    except Exception as exc:
+        if _in_ci():
+            pytest.fail(f"no primary and standby of the test's own under CI=true: {exc}", pytrace=False)
+        pytest.skip(f"no primary and standby of the test's own: {exc}")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
 def faketime() -> None:
     """libfaketime (Debian's faketime) installed: skipped without it, except under CI=true where that fails."""
     h.require_faketime()

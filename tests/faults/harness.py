@@ -238,6 +238,33 @@ def own_postgres() -> Store:
     return store
 
 
+def own_postgres_pair() -> Store:
+    """A primary and a synchronous standby of this scenario's own (``server`` is the
+    :class:`~fixtures.postgres.StandbyPair`), one schema; the URL lists both hosts, the
+    primary first, and leaves ``target_session_attrs`` to the driver."""
+    from fixtures.postgres import StandbyPair, find_binaries  # noqa: PLC0415 - fixtures/ is a test-tree package
+
+    bindir = find_binaries()
+    if bindir is None:
+        raise RuntimeError("no initdb/postgres binaries for servers of the scenario's own")
+    pair = StandbyPair(bindir)
+    from jobcore.drivers.postgres import PostgresDriver  # noqa: PLC0415
+
+    try:
+        pair.start()
+        driver = PostgresDriver.from_url(
+            f"{pair.url()}?schema=jc_fault_{uuid.uuid4().hex[:8]}",
+            clock=SystemClock(),
+        )
+        driver.migrate()
+    except Exception:
+        pair.stop()
+        raise
+    store = Store(kind="postgres", driver=driver, url=str(driver.url), server=pair)
+    store.cleanups += [pair.stop, driver.close]
+    return store
+
+
 def own_postgres_through_pgbouncer(**settings: str) -> Store:
     """:func:`own_postgres` with PgBouncer (transaction pooling, its defaults but ``settings``)
     in front: the driver and the workers go through it, wake-ups over the server itself."""

@@ -21,13 +21,14 @@ from typing import Any
 
 from jobcore.parity._proxy import Proxy
 
+from jobcore.errors import JobcoreError
 from jobcore.records import JobSpec
 from tests.faults import harness as h
 from tests.faults.record import Execution, Figures, analyze, read_record
 
 __all__ = [
-    "KillPlan", "PausePlan", "Report", "RestartPlan", "SkewPlan", "StallPlan", "fmt", "run_kill", "run_pause",
-    "run_restart", "run_skew", "run_stall",
+    "FailoverPlan", "KillPlan", "PausePlan", "Report", "RestartPlan", "SkewPlan", "StallPlan", "fmt", "run_failover",
+    "run_kill", "run_pause", "run_restart", "run_skew", "run_stall",
 ]
 
 NO_SECONDS = float("nan")
@@ -444,6 +445,87 @@ def run_restart(store: h.Store, plan: RestartPlan, workdir: Path) -> Report:
             "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
             "sessions killed per round": killed,
             "jobs done before the outage": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
+        })
+    return report
+
+
+# -- d2. primary failover (PostgreSQL) --------------------------------------------------
+
+
+@dataclasses.dataclass
+class FailoverPlan:
+    """The primary is lost mid-drain; ``gap`` seconds later its synchronous standby is promoted."""
+
+    jobs: int = 1500
+    job_ms: int = 20
+    workers: int = 3
+    concurrency: int = 4
+    lease: float = 15.0
+    margin: float = 2.0
+    gap: float = 2.0
+    down_after: float = 0.2
+    """Fraction of the jobs done when the primary is lost."""
+    poll: float = 0.2
+
+
+def run_failover(store: h.Store, plan: FailoverPlan, workdir: Path) -> Report:
+    """Workers drain over a URL listing a primary and its standby; the primary crashes, the standby is promoted.
+
+    Between the two, an enqueue is tried from this process (up to three times: the first
+    may meet its pooled connection lost with the primary): its last coded refusal is in
+    ``measures`` (``enqueue while no host takes writes``), and nothing of it may be stored.
+    """
+    pair = store.server
+    if pair is None or not hasattr(pair, "promote"):
+        raise ValueError("the failover scenario needs a primary and a standby of its own (own_postgres_pair)")
+    record, logs = _dirs(workdir)
+    fleet = h.Fleet(record, logs)
+    began = time.monotonic()
+    notes: list[str] = []
+    t_down = NO_SECONDS
+    t_up: float | None = None
+    refused = "not tried"
+    drained = NO_SECONDS
+    try:
+        enqueued = h.enqueue(store, [h.work(plan.job_ms, step=plan.job_ms)] * plan.jobs)
+        for n in range(plan.workers):
+            fleet.spawn(
+                f"P{n + 1}", store.worker_url(), concurrency=plan.concurrency, lease=plan.lease, margin=plan.margin,
+                poll=plan.poll,
+            )
+        if not h.wait_until(lambda: _applied(record) >= plan.down_after * plan.jobs, 120, 0.05):
+            notes.append("the workers never got going: no failover injected")
+        else:
+            t_down = time.monotonic()
+            pair.crash_primary()
+            for _ in range(3):  # the first call may meet its pooled connection lost with the primary
+                try:
+                    store.driver.enqueue_many([h.work(plan.job_ms)])
+                    refused = "stored"
+                except JobcoreError as exc:
+                    refused = f"{exc.code}: {exc.cause}"
+                if "takes writes" in refused or refused == "stored":
+                    break
+            time.sleep(max(0.0, t_down + plan.gap - time.monotonic()))
+            pair.promote()
+            t_up = time.monotonic()
+            timeout = 4 * plan.lease + 120
+            if not h.wait_until(_drained(store), timeout, 0.25):
+                notes.append(f"jobs still live {timeout:.0f}s after the promotion")
+            drained = time.monotonic() - t_up
+    finally:
+        fleet.stop()
+    report, runs = _finish("primary failover", store, fleet, record, enqueued, began)
+    report.notes += notes
+    if t_up is not None:
+        recovery = [_first_after(runs, w.pid, t_up) for w in fleet.workers]
+        report.measures.update({
+            "primary lost to standby promoted s": t_up - t_down,
+            "enqueue while no host takes writes": refused,
+            "each worker claims again, s after the promotion": recovery,
+            "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
+            "every job done, s after the promotion": drained,
+            "jobs done before the failover": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
         })
     return report
 

@@ -1,0 +1,63 @@
+"""d2. Primary failover (F05, F06): a primary lost mid-drain and its synchronous standby
+promoted run no job twice and lose none; every worker claims again within 2 s.
+
+The workers' URL lists both servers and leaves ``target_session_attrs`` to the driver,
+which asks libpq for the host that takes writes: before the promotion there is none, and
+an enqueue is refused as ``JC_DB_UNAVAILABLE`` with nothing stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from jobcore.drivers.postgres import PostgresDriver
+
+from jobcore.clock import SystemClock
+from jobcore.errors import BackendUnavailable
+from tests.faults import harness as h
+from tests.faults.harness import Store
+from tests.faults.scenarios import FailoverPlan, run_failover
+
+pytestmark = pytest.mark.requires("shared_store")
+
+RECOVERY_BOUND = 2.0
+"""F06: every worker claims again within this many seconds of the standby's promotion."""
+
+
+def test_a_crashed_primary_and_a_promoted_standby_run_no_job_twice_and_every_worker_claims_again_within_2s(
+    own_pair: Store, tmp_path: Path
+) -> None:
+    plan = FailoverPlan()
+    report = run_failover(own_pair, plan, tmp_path)
+    print(f"\n{report.text()}")
+    measures = report.measures
+    assert "slowest worker to claim again s" in measures, f"no failover injected\n{report.explain()}"
+    assert not report.figures.violations(), report.explain()
+    assert measures["slowest worker to claim again s"] <= RECOVERY_BOUND, report.explain()
+    refused = measures["enqueue while no host takes writes"]
+    assert refused.startswith("JC_DB_UNAVAILABLE: no host of PostgreSQL at host 127.0.0.1"), refused
+    assert "takes writes now" in refused, refused
+    assert len(h.all_jobs(own_pair)) == plan.jobs, "the refused enqueue stored a job"
+
+
+def test_a_url_listing_the_standby_first_writes_to_the_primary(own_pair: Store) -> None:
+    """libpq's own default takes the first host that answers; the driver asks for the one that takes writes."""
+    pair = own_pair.server
+    with PostgresDriver.from_url(f"{pair.url(standby_first=True)}?schema={own_pair.driver.schema}",
+                                 clock=SystemClock()) as driver:
+        [job] = driver.enqueue_many([h.work(10)])
+        assert own_pair.driver.introspect.get(job.id) is not None
+        claimed = driver.claim([h.QUEUE], worker_id="w1", lease=30).claimed
+        assert [c.job.id for c in claimed] == [job.id]
+
+
+def test_a_url_asking_for_any_host_meets_the_standby_and_is_told_why(own_pair: Store) -> None:
+    """An explicit target_session_attrs is the caller's: with ``any`` the standby answers first, and refuses."""
+    pair = own_pair.server
+    url = f"{pair.url(standby_first=True)}?schema={own_pair.driver.schema}&target_session_attrs=any"
+    with PostgresDriver.from_url(url, clock=SystemClock()) as driver, pytest.raises(BackendUnavailable) as caught:
+        driver.enqueue_many([h.work(10)])
+    assert "read-only" in caught.value.cause
+    assert "target_session_attrs=read-write" in caught.value.fix
+    assert h.all_jobs(own_pair) == []
