@@ -175,3 +175,42 @@ def test_the_worker_logs_a_banner_and_a_periodic_one_line_summary(caplog: pytest
     assert summary.startswith("worker w-log, last 0.2s: 5 completed, 0 retried, 0 failed")
     assert "running" in summary
     assert len(summary.splitlines()) == 1
+
+
+def test_a_rescue_sweep_the_store_cannot_answer_is_logged_like_a_failed_claim(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During an outage the sweep logs one WARNING "failed; retrying" and "works again" after,
+    not an ERROR with a traceback every interval; a sweep the store refuses stays an ERROR."""
+    from jobcore.errors import BackendUnavailable, InvalidInput  # noqa: PLC0415
+
+    driver = MemoryDriver()
+    raises: list[BaseException] = [BackendUnavailable("the database connection failed")] * 4
+    door = type(driver.introspect)
+    real = door.rescue
+
+    def rescue(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if raises:
+            raise raises.pop(0)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(door, "rescue", rescue)
+    caplog.set_level(logging.DEBUG, logger=WORKER_LOGGER)
+    worker = Worker(
+        ["default"], driver=driver, registry=Registry(), poll_interval=0.01, rescue_interval=0.01,
+        summary_interval=None, seed=1,
+    ).start()
+    try:
+        deadline = time.monotonic() + 10
+        while (raises or not any("works again" in r.getMessage() for r in caplog.records)) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
+        raises.append(InvalidInput("the sweep was refused"))
+        while time.monotonic() < deadline and not any(r.levelno == logging.ERROR for r in caplog.records):
+            time.sleep(0.01)
+    finally:
+        worker.stop(2.0)
+    sweeps = [(r.levelname, r.getMessage()) for r in caplog.records if "rescue sweep" in r.getMessage()]
+    assert sweeps[:2] == [("WARNING", "rescue sweep failed; retrying"), ("WARNING", "rescue sweep works again")]
+    assert sweeps[2:] == [("ERROR", "rescue sweep failed")]

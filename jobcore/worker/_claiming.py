@@ -32,7 +32,7 @@ from jobcore.records import Claimed, ClaimToken, Job, JobState
 from jobcore.registry import JobContext, JobHandle, job_logger
 from jobcore.worker._attempt import Attempt, AttemptStatus
 from jobcore.worker._execution import error_type, find_handler, logger
-from jobcore.worker._settling import RETRY_CAP, RETRY_FIRST, Stop
+from jobcore.worker._settling import RETRY_CAP, RETRY_FIRST, Stop, transient
 
 if TYPE_CHECKING:
     from jobcore.worker import Worker
@@ -220,9 +220,13 @@ class Claimer:
         w = self._w
         try:
             rescued = w.driver.introspect.rescue()
-        except Exception:
-            w.log.exception("rescue sweep failed")
+        except Exception as exc:
+            if transient(exc):  # the store is away: logged as the claim's failures are, once a run
+                w._log_failure("rescue sweep")
+            else:
+                w.log.exception("rescue sweep failed")
             return
+        w._recovered("rescue sweep")
         if rescued.requeued:
             events.emit(
                 "rescued", None, "rescue put %d jobs with lapsed leases back to ready", rescued.requeued,
