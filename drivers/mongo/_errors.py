@@ -3,8 +3,9 @@
 Every public method of the MongoDB driver runs inside :func:`translated`, so a caller
 never sees a raw pymongo exception: credentials the server refused (``OperationFailure``
 code 18, AuthenticationFailed; code 13 for a server that requires credentials none were
-given for) are :class:`~jobcore.errors.BackendAuthFailed`, a lost connection or a server
-that cannot be reached is :class:`~jobcore.errors.BackendUnavailable`, a call that ran out of time
+given for) are :class:`~jobcore.errors.BackendAuthFailed`, a lost connection, a server
+that cannot be reached or a replica set between primaries (an election, a step-down) is
+:class:`~jobcore.errors.BackendUnavailable`, a call that ran out of time
 :class:`~jobcore.errors.BackendTimeout`, anything else
 :class:`~jobcore.errors.BackendFailure`. Errors jobcore raises itself pass through.
 
@@ -66,6 +67,17 @@ _UNBOUNDED = Bounds(call=None, select=30.0, connect=20.0)  # pymongo's own defau
 
 _AUTHENTICATION_FAILED = 18
 _UNAUTHORIZED = 13
+_NO_PRIMARY = frozenset({
+    91,  # ShutdownInProgress
+    189,  # PrimarySteppedDown
+    10107,  # NotWritablePrimary
+    11600,  # InterruptedAtShutdown
+    11602,  # InterruptedDueToReplStateChange
+    13435,  # NotPrimaryNoSecondaryOk
+    13436,  # NotPrimaryOrSecondary
+})
+"""Server codes of a replica set between primaries (an election, a step-down, a shutdown),
+which PyMongo answers as ``OperationFailure`` (a write concern error, or after its one retry)."""
 
 
 _NOT_IN_DATABASE = frozenset('/\\. "$*<>:|?')
@@ -132,6 +144,15 @@ def translate(exc: pe.PyMongoError, what: str, bounds: Bounds = _UNBOUNDED) -> B
         )
     if isinstance(exc, pe.ConnectionFailure):
         return BackendUnavailable(f"the MongoDB connection failed during {what} ({detail})", _unavailable_fix(bounds))
+    if isinstance(exc, pe.OperationFailure) and (
+        exc.code in _NO_PRIMARY or exc.has_error_label("RetryableWriteError")
+        or exc.has_error_label("TransientTransactionError")
+    ):
+        return BackendUnavailable(
+            f"MongoDB had no primary to finish {what} (an election, a step-down or a shutdown: {detail})",
+            "the call may be retried: a replica set elects a new primary within seconds; if it lasts, check the "
+            "replica set's members (rs.status())",
+        )
     return BackendFailure(f"MongoDB refused {what} ({detail})", "see the original error on __cause__")
 
 

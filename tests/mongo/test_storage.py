@@ -229,6 +229,12 @@ def test_a_database_name_mongodb_would_misread_is_refused_before_a_client_exists
         (pe.ExecutionTimeout("maxTimeMS", 50), BackendTimeout),
         (pe.OperationFailure("bad", 2), BackendFailure),
         (pe.DuplicateKeyError("dup", 11000), BackendFailure),
+        (pe.WriteConcernError("Primary stepped down while waiting for replication", 189), BackendUnavailable),
+        (pe.OperationFailure("Interrupted due to repl state change", 11602), BackendUnavailable),
+        (pe.OperationFailure("not primary", 10107), BackendUnavailable),
+        (pe.OperationFailure("shutdown in progress", 91), BackendUnavailable),
+        (pe.OperationFailure("x", 262, {"errorLabels": ["RetryableWriteError"]}), BackendUnavailable),
+        (pe.OperationFailure("x", 251, {"errorLabels": ["TransientTransactionError"]}), BackendUnavailable),
     ],
 )
 def test_translation_of_pymongo_errors(exc: pe.PyMongoError, expected: type[Exception]) -> None:
