@@ -101,7 +101,7 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
     ],
     "restart": [
         ("jobs", _figure("jobs")),
-        ("outage (s, stop to accepting)", _measure("outage s (stop to accepting)")),
+        ("outage (s, stop to accepting)", _measure("store gone s (until it takes writes)")),
         ("sessions killed per round", _measure("sessions killed per round")),
         ("slowest worker to claim again (s)", _measure("slowest worker to claim again s")),
         *COMMON,

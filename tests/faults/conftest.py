@@ -40,6 +40,21 @@ def store(request: pytest.FixtureRequest, driver_factory: Callable[..., Any]) ->
         pytest.skip(str(exc))
 
 
+def _made(what: str, make: Callable[[], h.Store]) -> Iterator[h.Store]:
+    """The store ``make()`` answers, closed after the test; where it cannot be had, a skip
+    (a failure under CI=true)."""
+    try:
+        made = make()
+    except Exception as exc:
+        if _in_ci():
+            pytest.fail(f"no {what} under CI=true: {exc}", pytrace=False)
+        pytest.skip(f"no {what}: {exc}")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
 @pytest.fixture
 def own_store(
     request: pytest.FixtureRequest, driver_factory: Callable[..., Any], driver_name: str
@@ -56,16 +71,7 @@ def own_store(
     }
     if driver_name not in own:
         pytest.skip(f"no server of the test's own for driver {driver_name}")
-    try:
-        made = own[driver_name]()
-    except Exception as exc:
-        if _in_ci():
-            pytest.fail(f"no server of the test's own for {driver_name} under CI=true: {exc}", pytrace=False)
-        pytest.skip(f"no server of the test's own for {driver_name}: {exc}")
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from _made(f"server of the test's own for {driver_name}", own[driver_name])
 
 
 @pytest.fixture
@@ -73,16 +79,7 @@ def own_pair(driver_name: str) -> Iterator[h.Store]:
     """A primary and a synchronous standby of this test's own (PostgreSQL's failover)."""
     if driver_name != "postgres":
         pytest.skip(f"the failover scenario is PostgreSQL's own (a primary and its standby), not {driver_name}'s")
-    try:
-        made = h.own_postgres_pair()
-    except Exception as exc:
-        if _in_ci():
-            pytest.fail(f"no primary and standby of the test's own under CI=true: {exc}", pytrace=False)
-        pytest.skip(f"no primary and standby of the test's own: {exc}")
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from _made("primary and standby of the test's own", h.own_postgres_pair)
 
 
 @pytest.fixture

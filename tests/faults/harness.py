@@ -217,18 +217,21 @@ def store_from_driver(driver: Any) -> Store:
     return Store(kind=kind, driver=driver, url=str(driver.url))
 
 
-def own_postgres() -> Store:
-    """A PostgreSQL server of this scenario's own (it may stop and restart it), one schema in it."""
-    from fixtures.postgres import LocalServer, find_binaries  # noqa: PLC0415 - fixtures/ is a test-tree package
+def _bindir() -> str:
+    from fixtures.postgres import find_binaries  # noqa: PLC0415 - fixtures/ is a test-tree package
 
     bindir = find_binaries()
     if bindir is None:
         raise RuntimeError("no initdb/postgres binaries for a server of the scenario's own")
-    server = LocalServer(bindir).start()
+    return bindir
+
+
+def _postgres_store(server: Any, url: str) -> Store:
+    """A migrated schema of its own at ``url`` on ``server`` (started: stopped again if this fails)."""
     from jobcore.drivers.postgres import PostgresDriver  # noqa: PLC0415
 
     try:
-        driver = PostgresDriver(server.url, schema=f"jc_fault_{uuid.uuid4().hex[:8]}", clock=SystemClock())
+        driver = PostgresDriver.from_url(f"{url}?schema=jc_fault_{uuid.uuid4().hex[:8]}", clock=SystemClock())
         driver.migrate()
     except Exception:
         server.stop()
@@ -238,31 +241,27 @@ def own_postgres() -> Store:
     return store
 
 
+def own_postgres() -> Store:
+    """A PostgreSQL server of this scenario's own (it may stop and restart it), one schema in it."""
+    from fixtures.postgres import LocalServer  # noqa: PLC0415 - fixtures/ is a test-tree package
+
+    server = LocalServer(_bindir()).start()
+    return _postgres_store(server, server.url)
+
+
 def own_postgres_pair() -> Store:
     """A primary and a synchronous standby of this scenario's own (``server`` is the
     :class:`~fixtures.postgres.StandbyPair`), one schema; the URL lists both hosts, the
     primary first, and leaves ``target_session_attrs`` to the driver."""
-    from fixtures.postgres import StandbyPair, find_binaries  # noqa: PLC0415 - fixtures/ is a test-tree package
+    from fixtures.postgres import StandbyPair  # noqa: PLC0415 - fixtures/ is a test-tree package
 
-    bindir = find_binaries()
-    if bindir is None:
-        raise RuntimeError("no initdb/postgres binaries for servers of the scenario's own")
-    pair = StandbyPair(bindir)
-    from jobcore.drivers.postgres import PostgresDriver  # noqa: PLC0415
-
+    pair = StandbyPair(_bindir())
     try:
         pair.start()
-        driver = PostgresDriver.from_url(
-            f"{pair.url()}?schema=jc_fault_{uuid.uuid4().hex[:8]}",
-            clock=SystemClock(),
-        )
-        driver.migrate()
     except Exception:
         pair.stop()
         raise
-    store = Store(kind="postgres", driver=driver, url=str(driver.url), server=pair)
-    store.cleanups += [pair.stop, driver.close]
-    return store
+    return _postgres_store(pair, pair.url())
 
 
 def own_postgres_through_pgbouncer(**settings: str) -> Store:

@@ -27,8 +27,8 @@ from tests.faults import harness as h
 from tests.faults.record import Execution, Figures, analyze, read_record
 
 __all__ = [
-    "FailoverPlan", "KillPlan", "PausePlan", "Report", "RestartPlan", "SkewPlan", "StallPlan", "fmt", "run_failover",
-    "run_kill", "run_pause", "run_restart", "run_skew", "run_stall",
+    "FailoverPlan", "KillPlan", "OutagePlan", "PausePlan", "Report", "RestartPlan", "SkewPlan", "StallPlan", "fmt",
+    "run_failover", "run_kill", "run_pause", "run_restart", "run_skew", "run_stall",
 ]
 
 NO_SECONDS = float("nan")
@@ -368,12 +368,12 @@ def run_pause(store: h.Store, plan: PausePlan, workdir: Path) -> Report:
     return report
 
 
-# -- d. database restart -----------------------------------------------------------------
+# -- d. database restart, d2. primary failover -------------------------------------------
 
 
 @dataclasses.dataclass
-class RestartPlan:
-    """The server stops for ``outage`` seconds mid-drain, then sessions are killed a few times."""
+class OutagePlan:
+    """Workers drain ``jobs`` quick jobs; once ``down_after`` of them are done, the store goes away."""
 
     jobs: int = 3000
     job_ms: int = 20
@@ -381,12 +381,71 @@ class RestartPlan:
     concurrency: int = 4
     lease: float = 15.0
     margin: float = 2.0
-    outage: float = 10.0
     down_after: float = 0.15
-    """Fraction of the jobs done when the server stops."""
+    """Fraction of the jobs done when the fault is injected."""
+    poll: float = 0.2
+
+
+@dataclasses.dataclass
+class RestartPlan(OutagePlan):
+    """The server stops for ``outage`` seconds mid-drain, then sessions are killed a few times."""
+
+    outage: float = 10.0
     terminate_rounds: int = 3
     terminate_every: float = 1.0
-    poll: float = 0.2
+
+
+@dataclasses.dataclass
+class FailoverPlan(OutagePlan):
+    """The primary is lost mid-drain; ``gap`` seconds later its synchronous standby is promoted."""
+
+    jobs: int = 1500
+    down_after: float = 0.2
+    gap: float = 2.0
+
+
+def _drain_through(
+    store: h.Store, plan: OutagePlan, workdir: Path, fault: str, inject: Callable[[], tuple[float, dict[str, Any]]],
+) -> Report:
+    """Workers drain while ``inject()`` takes the store away and brings it back; answers the
+    store's return (monotonic) and its own measures. Measures every worker's first claim after it."""
+    record, logs = _dirs(workdir)
+    fleet = h.Fleet(record, logs)
+    began = time.monotonic()
+    notes: list[str] = []
+    t_down = NO_SECONDS
+    t_up: float | None = None
+    extra: dict[str, Any] = {}
+    try:
+        enqueued = h.enqueue(store, [h.work(plan.job_ms, step=plan.job_ms)] * plan.jobs)
+        for n in range(plan.workers):
+            fleet.spawn(
+                f"W{n + 1}", store.worker_url(), concurrency=plan.concurrency, lease=plan.lease, margin=plan.margin,
+                poll=plan.poll,
+            )
+        if not h.wait_until(lambda: _applied(record) >= plan.down_after * plan.jobs, 120, 0.05):
+            notes.append(f"the workers never got going: no {fault} injected")
+        else:
+            t_down = time.monotonic()
+            t_up, extra = inject()
+            timeout = 4 * plan.lease + 120
+            if not h.wait_until(_drained(store), timeout, 0.25):
+                notes.append(f"jobs still live {timeout:.0f}s after the store came back")
+            extra["every job done, s after the store came back"] = time.monotonic() - t_up
+    finally:
+        fleet.stop()
+    report, runs = _finish(fault, store, fleet, record, enqueued, began)
+    report.notes += notes
+    if t_up is not None:
+        recovery = [_first_after(runs, w.pid, t_up) for w in fleet.workers]
+        report.measures.update({
+            "store gone s (until it takes writes)": t_up - t_down,
+            "each worker claims again, s after the store came back": recovery,
+            "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
+            "jobs done before the fault": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
+            **extra,
+        })
+    return report
 
 
 def _terminate_workers(store: h.Store) -> int:
@@ -402,70 +461,24 @@ def _terminate_workers(store: h.Store) -> int:
 
 def run_restart(store: h.Store, plan: RestartPlan, workdir: Path) -> Report:
     """Workers drain while the store stops, restarts and (PostgreSQL) has their sessions killed."""
-    if store.server is None:
+    server = store.server
+    if server is None:
         raise ValueError("the restart scenario needs a server of its own (own_postgres / own_mongo)")
-    record, logs = _dirs(workdir)
-    fleet = h.Fleet(record, logs)
-    began = time.monotonic()
-    notes: list[str] = []
-    t_down = NO_SECONDS
-    t_up: float | None = None
-    killed: list[int] = []
-    try:
-        enqueued = h.enqueue(store, [h.work(plan.job_ms, step=plan.job_ms)] * plan.jobs)
-        for n in range(plan.workers):
-            fleet.spawn(
-                f"R{n + 1}", store.worker_url(), concurrency=plan.concurrency, lease=plan.lease, margin=plan.margin,
-                poll=plan.poll,
-            )
-        if not h.wait_until(lambda: _applied(record) >= plan.down_after * plan.jobs, 120, 0.05):
-            notes.append("the workers never got going: no outage injected")
-        else:
-            t_down = time.monotonic()
-            store.server.stop(remove=False)
-            time.sleep(max(0.0, t_down + plan.outage - time.monotonic()))
-            store.server.start()
-            t_up = time.monotonic()  # start() answers once the server accepts connections
-            if store.kind == "postgres":
-                for _ in range(plan.terminate_rounds):
-                    time.sleep(plan.terminate_every)
-                    killed.append(_terminate_workers(store))
-            timeout = 4 * plan.lease + 120
-            if not h.wait_until(_drained(store), timeout, 0.25):
-                notes.append(f"jobs still live {timeout:.0f}s after the restart")
-    finally:
-        fleet.stop()
-    report, runs = _finish("database restart", store, fleet, record, enqueued, began)
-    report.notes += notes
-    if t_up is not None:
-        recovery = [_first_after(runs, w.pid, t_up) for w in fleet.workers]
-        report.measures.update({
-            "outage s (stop to accepting)": t_up - t_down,
-            "each worker claims again, s after the store accepts": recovery,
-            "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
-            "sessions killed per round": killed,
-            "jobs done before the outage": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
-        })
-    return report
 
+    def inject() -> tuple[float, dict[str, Any]]:
+        t_down = time.monotonic()
+        server.stop(remove=False)
+        time.sleep(max(0.0, t_down + plan.outage - time.monotonic()))
+        server.start()
+        t_up = time.monotonic()  # start() answers once the server accepts connections
+        killed = []
+        if store.kind == "postgres":
+            for _ in range(plan.terminate_rounds):
+                time.sleep(plan.terminate_every)
+                killed.append(_terminate_workers(store))
+        return t_up, {"sessions killed per round": killed}
 
-# -- d2. primary failover (PostgreSQL) --------------------------------------------------
-
-
-@dataclasses.dataclass
-class FailoverPlan:
-    """The primary is lost mid-drain; ``gap`` seconds later its synchronous standby is promoted."""
-
-    jobs: int = 1500
-    job_ms: int = 20
-    workers: int = 3
-    concurrency: int = 4
-    lease: float = 15.0
-    margin: float = 2.0
-    gap: float = 2.0
-    down_after: float = 0.2
-    """Fraction of the jobs done when the primary is lost."""
-    poll: float = 0.2
+    return _drain_through(store, plan, workdir, "database restart", inject)
 
 
 def run_failover(store: h.Store, plan: FailoverPlan, workdir: Path) -> Report:
@@ -478,56 +491,24 @@ def run_failover(store: h.Store, plan: FailoverPlan, workdir: Path) -> Report:
     pair = store.server
     if pair is None or not hasattr(pair, "promote"):
         raise ValueError("the failover scenario needs a primary and a standby of its own (own_postgres_pair)")
-    record, logs = _dirs(workdir)
-    fleet = h.Fleet(record, logs)
-    began = time.monotonic()
-    notes: list[str] = []
-    t_down = NO_SECONDS
-    t_up: float | None = None
-    refused = "not tried"
-    drained = NO_SECONDS
-    try:
-        enqueued = h.enqueue(store, [h.work(plan.job_ms, step=plan.job_ms)] * plan.jobs)
-        for n in range(plan.workers):
-            fleet.spawn(
-                f"P{n + 1}", store.worker_url(), concurrency=plan.concurrency, lease=plan.lease, margin=plan.margin,
-                poll=plan.poll,
-            )
-        if not h.wait_until(lambda: _applied(record) >= plan.down_after * plan.jobs, 120, 0.05):
-            notes.append("the workers never got going: no failover injected")
-        else:
-            t_down = time.monotonic()
-            pair.crash_primary()
-            for _ in range(3):  # the first call may meet its pooled connection lost with the primary
-                try:
-                    store.driver.enqueue_many([h.work(plan.job_ms)])
-                    refused = "stored"
-                except JobcoreError as exc:
-                    refused = f"{exc.code}: {exc.cause}"
-                if "takes writes" in refused or refused == "stored":
-                    break
-            time.sleep(max(0.0, t_down + plan.gap - time.monotonic()))
-            pair.promote()
-            t_up = time.monotonic()
-            timeout = 4 * plan.lease + 120
-            if not h.wait_until(_drained(store), timeout, 0.25):
-                notes.append(f"jobs still live {timeout:.0f}s after the promotion")
-            drained = time.monotonic() - t_up
-    finally:
-        fleet.stop()
-    report, runs = _finish("primary failover", store, fleet, record, enqueued, began)
-    report.notes += notes
-    if t_up is not None:
-        recovery = [_first_after(runs, w.pid, t_up) for w in fleet.workers]
-        report.measures.update({
-            "primary lost to standby promoted s": t_up - t_down,
-            "enqueue while no host takes writes": refused,
-            "each worker claims again, s after the promotion": recovery,
-            "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
-            "every job done, s after the promotion": drained,
-            "jobs done before the failover": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
-        })
-    return report
+
+    def inject() -> tuple[float, dict[str, Any]]:
+        t_down = time.monotonic()
+        pair.crash_primary()
+        refused = "not tried"
+        for _ in range(3):  # the first call may meet its pooled connection lost with the primary
+            try:
+                store.driver.enqueue_many([h.work(plan.job_ms)])
+                refused = "stored"
+            except JobcoreError as exc:
+                refused = f"{exc.code}: {exc.cause}"
+            if "takes writes" in refused or refused == "stored":
+                break
+        time.sleep(max(0.0, t_down + plan.gap - time.monotonic()))
+        pair.promote()
+        return time.monotonic(), {"enqueue while no host takes writes": refused}
+
+    return _drain_through(store, plan, workdir, "primary failover", inject)
 
 
 # -- e. killed worker --------------------------------------------------------------------
