@@ -10,7 +10,8 @@ and noted), runs each scenario of :mod:`tests.faults.scenarios` on servers of it
 throwaway PostgreSQL from the local binaries, a ``secantusd-py``), prints each report as
 it ends, then a markdown table: fault, what was counted, one column per backend. The
 scenarios are the tests' own; only the sizes differ (a 30 s stall, a 20 s outage over
-20,000 jobs, ...). The MongoDB-wire server is slow, so it gets fewer jobs.
+20,000 jobs, a failover with the standby promoted 10 s after the primary is lost, ...).
+The MongoDB-wire server is slow, so it gets fewer jobs, and it has no replica set, so no failover.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ sys.path.append(str(ROOT))  # appended: fixtures/ and tests/ come from here, job
 from tests.faults import harness as h  # noqa: E402
 from tests.faults import scenarios as sc  # noqa: E402
 
-FAULTS = ("stall", "skew", "pause", "restart", "kill")
+FAULTS = ("stall", "skew", "pause", "restart", "failover", "kill")
 BACKENDS = ("postgres", "mongo")
 
 PLANS: dict[str, dict[str, Any]] = {
@@ -48,13 +49,15 @@ PLANS: dict[str, dict[str, Any]] = {
             jobs=300, workers=2, concurrency=2, outage=20.0, lease=30.0, margin=5.0, terminate_rounds=0
         ),
     },
+    "failover": {"postgres": sc.FailoverPlan(jobs=20_000, job_ms=10, gap=10.0, lease=30.0, margin=5.0)},
     "kill": {
         "postgres": sc.KillPlan(warm=500, quick=2000),
         "mongo": sc.KillPlan(warm=30, quick=60, lease=4.0, margin=1.0, latency=0.0),
     },
 }
 RUNNERS: dict[str, Callable[..., sc.Report]] = {
-    "stall": sc.run_stall, "skew": sc.run_skew, "pause": sc.run_pause, "restart": sc.run_restart, "kill": sc.run_kill,
+    "stall": sc.run_stall, "skew": sc.run_skew, "pause": sc.run_pause, "restart": sc.run_restart,
+    "failover": sc.run_failover, "kill": sc.run_kill,
 }
 
 
@@ -106,6 +109,14 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
         ("slowest worker to claim again (s)", _measure("slowest worker to claim again s")),
         *COMMON,
     ],
+    "failover": [
+        ("jobs", _figure("jobs")),
+        ("primary lost to standby promoted (s)", _measure("store gone s (until it takes writes)")),
+        ("slowest worker to claim again after the promotion (s)", _measure("slowest worker to claim again s")),
+        ("slowest worker to claim again after the old primary rejoined as a standby and sessions were killed (s)",
+         _measure("slowest worker to claim again after their sessions were killed, s")),
+        *COMMON,
+    ],
     "kill": [
         ("jobs the killed worker held", _measure("jobs K1 held when killed (running + claimed ahead)")),
         *COMMON,
@@ -115,11 +126,13 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
 }
 TITLES = {
     "stall": "network stall", "skew": "clock skew (+/-1 h)", "pause": "paused worker (SIGSTOP 3 leases)",
-    "restart": "database restart", "kill": "killed worker (SIGKILL)",
+    "restart": "database restart", "failover": "primary failover (PostgreSQL)", "kill": "killed worker (SIGKILL)",
 }
 
 
-def _own_store(backend: str) -> h.Store:
+def _own_store(fault: str, backend: str) -> h.Store:
+    if fault == "failover":
+        return h.own_postgres_pair()
     return h.own_postgres() if backend == "postgres" else h.own_mongo()
 
 
@@ -138,7 +151,9 @@ def run_one(fault: str, backend: str, workdir: Path) -> sc.Report | str:
     """One scenario on a server of its own; its report, or why it did not run."""
     if fault == "skew" and h.faketime_missing():
         return f"skipped: {h.faketime_missing()}"
-    store = _own_store(backend)
+    if backend not in PLANS[fault]:
+        return "n/a: no replica set here (the MongoDB-wire server is one process)"
+    store = _own_store(fault, backend)
     try:
         return RUNNERS[fault](store, PLANS[fault][backend], workdir)
     except Exception as exc:

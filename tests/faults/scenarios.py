@@ -399,16 +399,19 @@ class RestartPlan(OutagePlan):
 class FailoverPlan(OutagePlan):
     """The primary is lost mid-drain; ``gap`` seconds later its synchronous standby is promoted."""
 
-    jobs: int = 1500
-    down_after: float = 0.2
+    down_after: float = 0.15
     gap: float = 2.0
+    rejoin: bool = True
+    """Then bring the old primary back as a standby, first in the URL, and kill the workers'
+    sessions: they connect again, and must skip it."""
 
 
 def _drain_through(
     store: h.Store, plan: OutagePlan, workdir: Path, fault: str, inject: Callable[[], tuple[float, dict[str, Any]]],
 ) -> Report:
-    """Workers drain while ``inject()`` takes the store away and brings it back; answers the
-    store's return (monotonic) and its own measures. Measures every worker's first claim after it."""
+    """Workers drain while ``inject()`` takes the store away and brings it back; it answers the
+    store's return (monotonic) and its own measures. Measures every worker's first claim after
+    that return, and after each moment ``inject`` names in its measures as ``"@ <what>"``."""
     record, logs = _dirs(workdir)
     fleet = h.Fleet(record, logs)
     began = time.monotonic()
@@ -443,16 +446,23 @@ def _drain_through(
             "each worker claims again, s after the store came back": recovery,
             "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
             "jobs done before the fault": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
-            **extra,
         })
+        for name, value in extra.items():
+            if name.startswith("@ "):  # a later moment: when each worker claimed again after it
+                after = [_first_after(runs, w.pid, value) for w in fleet.workers]
+                report.measures[f"slowest worker to claim again after {name[2:]}, s"] = max(
+                    after, key=lambda x: math.inf if math.isnan(x) else x
+                )
+            else:
+                report.measures[name] = value
     return report
 
 
-def _terminate_workers(store: h.Store) -> int:
-    """pg_terminate_backend on every worker session; answers how many were killed."""
+def _terminate_workers(url: str) -> int:
+    """pg_terminate_backend on every worker session of the server at ``url``; answers how many were killed."""
     import psycopg  # noqa: PLC0415 - PostgreSQL only
 
-    with psycopg.connect(store.server.url, autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (h.WORKER_APP,)
         ).fetchall()
@@ -475,7 +485,7 @@ def run_restart(store: h.Store, plan: RestartPlan, workdir: Path) -> Report:
         if store.kind == "postgres":
             for _ in range(plan.terminate_rounds):
                 time.sleep(plan.terminate_every)
-                killed.append(_terminate_workers(store))
+                killed.append(_terminate_workers(server.url))
         return t_up, {"sessions killed per round": killed}
 
     return _drain_through(store, plan, workdir, "database restart", inject)
@@ -487,6 +497,8 @@ def run_failover(store: h.Store, plan: FailoverPlan, workdir: Path) -> Report:
     Between the two, an enqueue is tried from this process (up to three times: the first
     may meet its pooled connection lost with the primary): its last coded refusal is in
     ``measures`` (``enqueue while no host takes writes``), and nothing of it may be stored.
+    With ``plan.rejoin`` the old primary then comes back as a standby, first in the URL,
+    and the workers' sessions are killed: every one of them connects again.
     """
     pair = store.server
     if pair is None or not hasattr(pair, "promote"):
@@ -506,7 +518,14 @@ def run_failover(store: h.Store, plan: FailoverPlan, workdir: Path) -> Report:
                 break
         time.sleep(max(0.0, t_down + plan.gap - time.monotonic()))
         pair.promote()
-        return time.monotonic(), {"enqueue while no host takes writes": refused}
+        t_up = time.monotonic()
+        measures: dict[str, Any] = {"enqueue while no host takes writes": refused}
+        if plan.rejoin:
+            pair.rejoin()
+            measures["old primary back as a standby, s after the promotion"] = time.monotonic() - t_up
+            measures["@ their sessions were killed"] = time.monotonic()
+            measures["worker sessions killed then"] = _terminate_workers(pair.standby.url)
+        return t_up, measures
 
     return _drain_through(store, plan, workdir, "primary failover", inject)
 

@@ -1,5 +1,6 @@
 """d2. Primary failover (F05, F06): a primary lost mid-drain and its synchronous standby
-promoted run no job twice and lose none; every worker claims again within 2 s.
+promoted run no job twice and lose none; every worker claims again within 2 s, and again
+within 2 s once the old primary is back as a standby and the workers' sessions are killed.
 
 The workers' URL lists both servers and leaves ``target_session_attrs`` to the driver,
 which asks libpq for the host that takes writes: before the promotion there is none, and
@@ -35,6 +36,11 @@ def test_a_crashed_primary_and_a_promoted_standby_run_no_job_twice_and_every_wor
     assert "slowest worker to claim again s" in measures, f"no failover injected\n{report.explain()}"
     assert not report.figures.violations(), report.explain()
     assert measures["slowest worker to claim again s"] <= RECOVERY_BOUND, report.explain()
+    # The old primary back as a standby, first in the URL, and every worker's session dropped:
+    # each connects again, to the host that takes writes.
+    assert measures["worker sessions killed then"] >= plan.workers, report.explain()
+    killed = measures["slowest worker to claim again after their sessions were killed, s"]
+    assert killed <= RECOVERY_BOUND, report.explain()
     refused = measures["enqueue while no host takes writes"]
     assert refused.startswith("JC_DB_UNAVAILABLE: no host of PostgreSQL at host 127.0.0.1"), refused
     assert "takes writes now" in refused, refused
