@@ -70,8 +70,9 @@ _READ_ONLY_FIX = (
 )
 READ_ONLY = pg.ReadOnlySqlTransaction
 """SQLSTATE 25006: the server takes no writes. The driver closes the connection that met it."""
-_NOT_WRITABLE = ("session is read-only", "server is in hot standby mode")
-"""What libpq says when no listed host takes writes (``target_session_attrs=read-write``)."""
+_NOT_WRITABLE = ("session is read-only", "server is in hot standby mode", "could not make a writable connection")
+"""What libpq says when no listed host takes writes (``target_session_attrs=read-write``; the
+last is libpq 13's wording)."""
 
 _NOT_NOW = ("the database system is starting up", "the database system is shutting down")
 """What a refused connection says while the server starts or stops (SQLSTATE 57P03, which a

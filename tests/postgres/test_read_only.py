@@ -113,3 +113,23 @@ def test_a_url_listing_several_hosts_connects_only_to_one_that_takes_writes(
         monkeypatch.setenv(name, value)
     kwargs = _pool.connect_kwargs(conninfo, statement_timeout=None, call_timeout=None)
     assert kwargs.get("target_session_attrs") == chosen
+
+
+@pytest.mark.parametrize("said", [
+    'connection to server at "10.0.0.2", port 5432 failed: session is read-only',
+    'connection to server at "10.0.0.2", port 5432 failed: server is in hot standby mode',
+    'could not make a writable connection to server "10.0.0.2:5432"',  # libpq 13
+])
+def test_no_listed_host_taking_writes_is_named_as_such(said: str) -> None:
+    """libpq's words when target_session_attrs=read-write finds only standbys (a failover in progress)."""
+    from jobcore.drivers.postgres._errors import translate  # noqa: PLC0415
+
+    failed = _pool.ConnectFailed.wrap(
+        psycopg.OperationalError(f"connection failed: {said}"), "host=10.0.0.1,10.0.0.2 port=5432 user=app", {}
+    )
+    error = translate(failed)
+    assert isinstance(error, BackendUnavailable)
+    assert error.cause.startswith(
+        "no host of PostgreSQL at host 10.0.0.1 port 5432 or host 10.0.0.2 port 5432 takes writes now"
+    )
+    assert "target_session_attrs=read-write" in error.fix
