@@ -399,11 +399,15 @@ class RestartPlan(OutagePlan):
 class FailoverPlan(OutagePlan):
     """The primary is lost mid-drain; ``gap`` seconds later its synchronous standby is promoted."""
 
-    down_after: float = 0.15
     gap: float = 2.0
     rejoin: bool = True
     """Then bring the old primary back as a standby, first in the URL, and kill the workers'
     sessions: they connect again, and must skip it."""
+
+
+def _slowest(seconds: list[float]) -> float:
+    """The largest of ``seconds``, NaN (a worker that never claimed again) above all."""
+    return max(seconds, key=lambda x: math.inf if math.isnan(x) else x)
 
 
 def _drain_through(
@@ -444,15 +448,13 @@ def _drain_through(
         report.measures.update({
             "store gone s (until it takes writes)": t_up - t_down,
             "each worker claims again, s after the store came back": recovery,
-            "slowest worker to claim again s": max(recovery, key=lambda x: math.inf if math.isnan(x) else x),
+            "slowest worker to claim again s": _slowest(recovery),
             "jobs done before the fault": sum(1 for e in runs if e.effect == "applied" and (e.end or 0) < t_down),
         })
         for name, value in extra.items():
             if name.startswith("@ "):  # a later moment: when each worker claimed again after it
                 after = [_first_after(runs, w.pid, value) for w in fleet.workers]
-                report.measures[f"slowest worker to claim again after {name[2:]}, s"] = max(
-                    after, key=lambda x: math.inf if math.isnan(x) else x
-                )
+                report.measures[f"slowest worker to claim again after {name[2:]}, s"] = _slowest(after)
             else:
                 report.measures[name] = value
     return report
