@@ -107,6 +107,25 @@ def _connect_failure(exc: ConnectFailed, text: str) -> JobcoreError:
     return BackendUnavailable(f"{where} cannot be reached{role}: {text}", _UNREACHABLE_FIX)
 
 
+_ATTEMPT = re.compile(
+    r"^- host: '(?P<host>[^']*)', port: '(?P<port>[^']*)'(?:, hostaddr: '[^']*')?: "
+    r"(?:connection failed: )?(?:connection to server (?:at|on) .*? failed: )?(?P<reason>.*)$",
+    re.MULTILINE,
+)
+"""One line of psycopg's "Multiple connection attempts failed. All failures were:" list."""
+
+
+def _per_host(text: str) -> str:
+    """psycopg's account of a multi-host connection, one reason per host:
+    ``host db1 port 5432: Connection refused; host db2 port 5432: session is read-only``
+    (its own text repeats the last failure first and a hint after each: too long to read
+    in one line). Empty when ``text`` is not such an account."""
+    if "Multiple connection attempts failed" not in text:
+        return ""
+    reasons = [f"host {m['host']} port {m['port']}: {m['reason'].strip()}" for m in _ATTEMPT.finditer(text)]
+    return "; ".join(reasons)[:600]
+
+
 def origin(exc: BaseException) -> BaseException:
     """What a translated error keeps on ``__cause__``: psycopg's own exception."""
     return exc.original if isinstance(exc, ConnectFailed) and exc.original is not None else exc
@@ -115,7 +134,8 @@ def origin(exc: BaseException) -> BaseException:
 def translate(exc: BaseException, schema: str = "") -> JobcoreError:
     """The coded jobcore error for a psycopg (or pool) exception; passwords masked."""
     secrets = exc.secrets if isinstance(exc, ConnectFailed) else ()
-    text = redact(" ".join(str(exc).split())[:300], secrets) or type(exc).__name__
+    raw = str(exc)
+    text = redact(_per_host(raw) or " ".join(raw.split())[:300], secrets) or type(exc).__name__
     if isinstance(exc, ConnectFailed):
         return _connect_failure(exc, text)
     if isinstance(exc, CallTimeout):

@@ -44,6 +44,9 @@ def test_a_crashed_primary_and_a_promoted_standby_run_no_job_twice_and_every_wor
     refused = measures["enqueue while no host takes writes"]
     assert refused.startswith("JC_DB_UNAVAILABLE: no host of PostgreSQL at host 127.0.0.1"), refused
     assert "takes writes now" in refused, refused
+    primary, standby = own_pair.server.primary, own_pair.server.standby
+    assert f"port {primary.port}: Connection refused" in refused, refused  # one reason per host
+    assert f"port {standby.port}: session is read-only" in refused, refused
     assert len(h.all_jobs(own_pair)) == plan.jobs, "the refused enqueue stored a job"
 
 

@@ -133,3 +133,28 @@ def test_no_listed_host_taking_writes_is_named_as_such(said: str) -> None:
         "no host of PostgreSQL at host 10.0.0.1 port 5432 or host 10.0.0.2 port 5432 takes writes now"
     )
     assert "target_session_attrs=read-write" in error.fix
+
+
+def test_a_multi_host_failure_reads_one_reason_per_host() -> None:
+    """psycopg's multi-attempt text (the last failure, then every one, each with a hint) in one line."""
+    from jobcore.drivers.postgres._errors import translate  # noqa: PLC0415
+
+    said = (
+        'connection failed: connection to server at "10.0.0.2", port 5432 failed: session is read-only\n'
+        "Multiple connection attempts failed. All failures were:\n"
+        "- host: 'db1', port: '5432', hostaddr: '10.0.0.1': connection failed: connection to server at "
+        '"10.0.0.1", port 5432 failed: Connection refused\n'
+        "\tIs the server running on that host and accepting TCP/IP connections?\n"
+        "- host: 'db2', port: '5432', hostaddr: '10.0.0.2': connection failed: connection to server at "
+        '"10.0.0.2", port 5432 failed: session is read-only\n'
+        "- host: '/run/pg', port: '5433': connection failed: connection to server on socket "
+        '"/run/pg/.s.PGSQL.5433" failed: No such file or directory\n'
+        "\tIs the server running locally and accepting connections on that socket?"
+    )
+    failed = _pool.ConnectFailed.wrap(psycopg.OperationalError(said), "host=db1,db2,/run/pg port=5432,5432,5433", {})
+    error = translate(failed)
+    assert isinstance(error, BackendUnavailable)
+    assert error.cause.endswith(
+        "takes writes now: host db1 port 5432: Connection refused; host db2 port 5432: session is read-only; "
+        "host /run/pg port 5433: No such file or directory"
+    ), error.cause
