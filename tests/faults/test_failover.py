@@ -9,10 +9,11 @@ an enqueue is refused as ``JC_DB_UNAVAILABLE`` with nothing stored.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
-from jobcore.drivers.postgres import PostgresDriver
+from jobcore.drivers.postgres import AsyncPostgresDriver, PostgresDriver
 
 from jobcore.clock import SystemClock
 from jobcore.errors import BackendUnavailable
@@ -70,3 +71,16 @@ def test_a_url_asking_for_any_host_meets_the_standby_and_is_told_why(own_pair: S
     assert "read-only" in caught.value.cause
     assert "target_session_attrs=read-write" in caught.value.fix
     assert h.all_jobs(own_pair) == []
+
+
+def test_the_async_driver_also_writes_to_the_primary_when_the_standby_is_listed_first(own_pair: Store) -> None:
+    pair = own_pair.server
+
+    async def scenario() -> str:
+        url = f"{pair.url(standby_first=True)}?schema={own_pair.driver.schema}"
+        async with AsyncPostgresDriver.from_url(url) as driver:
+            [job] = await driver.enqueue_many([h.work(10)])
+            return job.id
+
+    job_id = asyncio.run(scenario())
+    assert own_pair.driver.introspect.get(job_id) is not None
