@@ -17,7 +17,7 @@ from jobcore.drivers.memory import MemoryDriver
 
 from jobcore import Registry, Worker
 from jobcore.backoff import Backoff
-from jobcore.errors import JobcoreError
+from jobcore.errors import BackendUnavailable, InvalidInput, JobcoreError
 from jobcore.records import JobState
 
 WORKER_LOGGER = "jobcore.worker"
@@ -182,8 +182,6 @@ def test_a_rescue_sweep_the_store_cannot_answer_is_logged_like_a_failed_claim(
 ) -> None:
     """During an outage the sweep logs one WARNING "failed; retrying" and "works again" after,
     not an ERROR with a traceback every interval; a sweep the store refuses stays an ERROR."""
-    from jobcore.errors import BackendUnavailable, InvalidInput  # noqa: PLC0415
-
     driver = MemoryDriver()
     raises: list[BaseException] = [BackendUnavailable("the database connection failed")] * 4
     door = type(driver.introspect)

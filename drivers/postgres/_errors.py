@@ -155,7 +155,7 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
         return BackendUnavailable(
             f"the database is starting up or shutting down: {text}", "retry shortly; the call may be retried"
         )
-    if isinstance(exc, pg.ReadOnlySqlTransaction):  # a standby, or a primary set read-only
+    if isinstance(exc, READ_ONLY):  # a standby, or a primary set read-only
         return BackendUnavailable(f"the database server is read-only (a standby?): {text}", _READ_ONLY_FIX)
     if isinstance(exc, pg.QueryCanceled | pg.LockNotAvailable):
         return BackendTimeout(f"the database cancelled the statement: {text}")

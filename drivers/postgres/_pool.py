@@ -313,8 +313,7 @@ def writable_only(params: Mapping[str, Any]) -> dict[str, str]:
     standby, where every claim and ack would be refused. With ``read-write`` libpq skips
     the hosts that cannot take writes and connects to the one that can.
     """
-    hosts = _split(params.get("host") or os.environ.get("PGHOST")) or _split(params.get("hostaddr"))
-    if len(hosts) < 2 or params.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS"):
+    if len(_hosts(params)) < 2 or params.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS"):
         return {}
     return {"target_session_attrs": "read-write"}
 
@@ -342,6 +341,11 @@ _URL_FIX: Final = (
 
 def _split(value: object) -> list[str]:
     return [] if value is None else str(value).split(",")
+
+
+def _hosts(params: Mapping[str, Any]) -> list[str]:
+    """The hosts a connection with ``params`` tries, in order (``host``, else ``PGHOST``, else ``hostaddr``)."""
+    return _split(params.get("host") or os.environ.get("PGHOST")) or _split(params.get("hostaddr"))
 
 
 def check_conninfo(conninfo: str, **kwargs: Any) -> dict[str, Any]:
@@ -385,7 +389,7 @@ def check_conninfo(conninfo: str, **kwargs: Any) -> dict[str, Any]:
 def describe_target(params: Mapping[str, Any]) -> str:
     """Where a connection with ``params`` goes: ``host 127.0.0.1 port 5432`` (libpq's defaults
     and ``PGHOST``/``PGPORT`` filled in; a Unix socket directory named as such)."""
-    hosts = _split(params.get("host") or os.environ.get("PGHOST")) or _split(params.get("hostaddr")) or [""]
+    hosts = _hosts(params) or [""]
     ports = _split(params.get("port") or os.environ.get("PGPORT")) or ["5432"]
     if len(ports) == 1:
         ports = ports * len(hosts)
