@@ -95,8 +95,12 @@ from ._pool import (
     BoundedConnection,
     Pool,
     alive,
+    at_read_committed,
     bounded,
+    check_isolation,
+    check_styles,
     connect_kwargs,
+    isolation_known,
 )
 from ._rows import EPOCH
 from ._schedules import PostgresSchedules
@@ -139,8 +143,8 @@ def make_pool(
     statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT,
     pooler: str = "auto", **kwargs: Any,
 ) -> ConnectionPool[Any]:
-    """A ``psycopg_pool`` pool set up the way the driver wants it (autocommit, UTC, generic
-    plans), of :class:`~._pool.BoundedConnection`: no statement waits on the server longer
+    """A ``psycopg_pool`` pool set up the way the driver wants it (autocommit, UTC, ISO dates,
+    read committed, generic plans), of :class:`~._pool.BoundedConnection`: no statement waits on the server longer
     than ``call_timeout`` (past it the connection is discarded and the call answers
     ``JC_DB_TIMEOUT``; ``None`` for no bound).
 
@@ -312,6 +316,7 @@ class PostgresDriver(FrontDoor):
         """Run one statement and answer its rows (on ``conn`` when given: the caller's transaction)."""
         self._ensure_schema()
         if conn is not None:  # the caller's transaction (entering `translated` costs a generator: only here)
+            check_styles(conn)
             with translated(self.schema):
                 cur, text, args = _bound(self.q, conn, query, params)
                 with cur:
@@ -362,6 +367,13 @@ class PostgresDriver(FrontDoor):
         for _ in range(64):
             conn: psycopg.Connection[Any] = self._getconn()
             if alive(conn):
+                try:
+                    check_styles(conn)
+                    if not isolation_known(conn):
+                        check_isolation(conn)
+                except BaseException:
+                    self._pool.putconn(conn)
+                    raise
                 return conn
             conn.close()
             self._pool.putconn(conn)  # the pool discards a closed connection and opens a new one
@@ -411,7 +423,7 @@ class PostgresDriver(FrontDoor):
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection inside one transaction, errors translated."""
         self._ensure_schema()
-        with translated(self.schema), self._connection() as conn, conn.transaction():
+        with translated(self.schema), self._connection() as conn, at_read_committed(conn), conn.transaction():
             yield conn
 
     # -- the public extra: enqueue inside the caller's transaction (transactional_enqueue) --

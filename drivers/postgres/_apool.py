@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import psycopg
@@ -41,10 +43,14 @@ from ._pool import (
     CallTimeout,
     ConnectFailed,
     Session,
+    isolation_checked,
     probe,
 )
+from ._sql import DEFAULT_ISOLATION
 
-__all__ = ["AsyncBoundedConnection", "AsyncPool", "alive_async", "discard"]
+__all__ = [
+    "AsyncBoundedConnection", "AsyncPool", "alive_async", "at_read_committed_async", "check_isolation_async", "discard",
+]
 
 
 def discard(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -107,6 +113,29 @@ class AsyncBoundedConnection(psycopg.AsyncConnection[Any]):
             if not self.closed:
                 discard(self)
             raise
+
+
+async def check_isolation_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    """:func:`~._pool.check_isolation` on an async connection."""
+    cur = await conn.execute(DEFAULT_ISOLATION, prepare=False)
+    row = await cur.fetchone()
+    if not conn.autocommit:  # a caller's pool without autocommit: end the transaction the question opened
+        await conn.rollback()
+    isolation_checked(conn, str(row[0]) if row else "")
+
+
+@contextlib.asynccontextmanager
+async def at_read_committed_async(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """:func:`~._pool.at_read_committed` on an async connection."""
+    level = conn.isolation_level
+    if level is None or level == psycopg.IsolationLevel.READ_COMMITTED:
+        yield
+        return
+    await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+    try:
+        yield
+    finally:
+        await conn.set_isolation_level(level)
 
 
 async def alive_async(conn: psycopg.AsyncConnection[Any]) -> bool:

@@ -33,7 +33,7 @@ from jobcore.records import Job, Migration
 
 from . import _lean_async, _lean_wire, _schema_async
 from ._anotify import AsyncListener
-from ._apool import AsyncPool, alive_async, discard
+from ._apool import AsyncPool, alive_async, at_read_committed_async, check_isolation_async, discard
 from ._config import (
     check_schema,
     configure,
@@ -47,7 +47,14 @@ from ._errors import READ_ONLY, origin, translate, translated
 from ._introspect_async import AsyncPostgresIntrospect
 from ._jobs_async import AsyncPostgresJobs
 from ._leases_async import AsyncPostgresLeases
-from ._pool import CLOCK_READ_TIMEOUT, DEFAULT_CALL_TIMEOUT, BoundedConnection, bounded
+from ._pool import (
+    CLOCK_READ_TIMEOUT,
+    DEFAULT_CALL_TIMEOUT,
+    BoundedConnection,
+    bounded,
+    check_styles,
+    isolation_known,
+)
 from ._rows import EPOCH
 from ._schedules_async import AsyncPostgresSchedules
 from ._sql import Statements, bound
@@ -224,6 +231,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         """Run one statement and answer its rows (on ``conn`` when given: the caller's transaction)."""
         await self._ensure_schema()
         if conn is not None:  # the caller's transaction (entering `translated` costs a generator: only here)
+            check_styles(conn)
             with translated(self.schema):
                 cur, text, args = _bound(self.q, conn, query, params)
                 async with cur:
@@ -274,6 +282,13 @@ class AsyncPostgresDriver(AsyncFrontDoor):
             if usable:
                 if self._pooled is None:
                     self._pooled = getattr(conn, "pooled", None)
+                try:
+                    check_styles(conn)
+                    if not isolation_known(conn):
+                        await check_isolation_async(conn)
+                except BaseException:
+                    await self._putconn(conn)
+                    raise
                 return conn
             discard(conn)
             await self._putconn(conn)  # the pool discards a closed connection and opens a new one
@@ -314,7 +329,7 @@ class AsyncPostgresDriver(AsyncFrontDoor):
         """A pooled connection inside one transaction, errors translated."""
         await self._ensure_schema()
         with translated(self.schema):
-            async with self._connection() as conn, conn.transaction():
+            async with self._connection() as conn, at_read_committed_async(conn), conn.transaction():
                 yield conn
 
     # -- the public extra: enqueue inside the caller's transaction (transactional_enqueue) --

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator
+from typing import Final
 
 import psycopg
 import psycopg_pool
@@ -126,6 +127,13 @@ def _per_host(text: str) -> str:
     return "; ".join(reasons)[:600]
 
 
+ROLLED_BACK: Final = (
+    pg.TransactionRollback, pg.SerializationFailure, pg.DeadlockDetected, pg.TransactionIntegrityConstraintViolation,
+)
+"""The server rolled the statement's transaction back (SQLSTATE class 40 but 40003, whose
+outcome is unknown): each is its own class in psycopg, none a subclass of ``TransactionRollback``."""
+
+
 def origin(exc: BaseException) -> BaseException:
     """What a translated error keeps on ``__cause__``: psycopg's own exception."""
     return exc.original if isinstance(exc, ConnectFailed) and exc.original is not None else exc
@@ -169,7 +177,7 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
             f"jobcore's tables in schema {schema!r} are missing or old: {text}",
             "run `jobcore migrate --url ...` (or driver.migrate()) with this jobcore",
         )
-    if isinstance(exc, pg.TransactionRollback):  # deadlock, serialization failure: nothing was written
+    if isinstance(exc, ROLLED_BACK):  # deadlock, serialization failure: nothing was written
         return BackendFailure(
             f"the database rolled the statement back: {text}", "retry the call; nothing of it was written"
         )

@@ -10,14 +10,16 @@ never sees the statement (a stalled socket, a frozen proxy or server), where the
 server's own ``statement_timeout`` cannot help. Connecting is bounded by libpq's
 ``connect_timeout`` (default :data:`DEFAULT_CONNECT_TIMEOUT` here).
 
-:class:`Session` is what a connection sets up once it is open: UTC, generic plans and the
+:class:`Session` is what a connection sets up once it is open: UTC, ISO dates, ``postgres``
+intervals, read committed, generic plans and the
 server's ``statement_timeout``, with ``set_config`` in one statement rather than as the
 ``options`` startup parameter (PgBouncer refuses that parameter). Behind a transaction
 pooler (PgBouncer ``pool_mode = transaction`` and the like) a session setting would land
 on whichever server connection ran that statement, and a prepared statement would not be
 there for the next transaction: such a connection sets nothing and prepares nothing
 (``prepare_threshold = None``), and the driver's statements do not depend on the session
-(times are normalised to UTC on the way out). Whether a pooler sits in between is
+(times are normalised to UTC on the way out), except the styles and the isolation, which
+:func:`check_styles` and :func:`check_isolation` check instead. Whether a pooler sits in between is
 configured (``pooler="transaction"``/``"none"``) or, by default, detected on each new
 connection: libpq's backend pid (from the server's BackendKeyData, which a pooler makes up
 for its client) differs from ``pg_backend_pid()`` behind a pooler.
@@ -46,25 +48,31 @@ from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolClosed, PoolTimeout
 
-from jobcore.errors import UrlInvalid, redact, secrets_of
+from jobcore.errors import ConfigurationError, UrlInvalid, redact, secrets_of
 
-from ._sql import SESSION
+from ._sql import DEFAULT_ISOLATION, SESSION
 
 __all__ = [
     "CLOCK_READ_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
     "POOLER_MODES",
+    "READ_COMMITTED",
     "BoundedConnection",
     "CallTimeout",
     "ConnectFailed",
     "Pool",
     "Session",
     "alive",
+    "at_read_committed",
     "bounded",
     "check_conninfo",
+    "check_isolation",
+    "check_styles",
     "connect_kwargs",
     "describe_target",
+    "isolation_checked",
+    "isolation_known",
     "probe",
     "writable_only",
 ]
@@ -277,8 +285,9 @@ def connect_kwargs(
 ) -> dict[str, Any]:
     """What every connection of the driver is opened with: autocommit, ``connect_timeout``
     unless the conninfo names one, the client-side ``call_timeout``, and the :class:`Session`
-    it applies once open (UTC, generic plans, the server's ``statement_timeout``: given, else
-    :data:`SERVER_SHARE` of ``call_timeout``; none of it behind a transaction pooler).
+    it applies once open (UTC, ISO dates, ``postgres`` intervals, read committed, generic
+    plans, the server's ``statement_timeout``: given, else :data:`SERVER_SHARE` of
+    ``call_timeout``; none of it behind a transaction pooler).
     No startup ``options`` are sent (a pooler may refuse them); the caller's own, in the
     conninfo, are, and the settings they name are not overridden. A conninfo listing several
     hosts connects only to one that takes writes (:func:`writable_only`). ``extra`` (psycopg's
@@ -286,7 +295,13 @@ def connect_kwargs(
     # Generic plans: every statement is shaped (ANY(ARRAY(...)) joins, LATERAL per queue) so
     # its generic plan reads the same indexes as a custom one, and the claim, whose custom
     # plan PostgreSQL would otherwise rebuild on every call, skips that planning.
-    settings = {"TimeZone": "UTC", "plan_cache_mode": "force_generic_plan"}
+    # psycopg reads timestamps and intervals as text in no other styles (check_styles); every
+    # statement is written for read committed (SKIP LOCKED claims, ON CONFLICT keys): a role
+    # or database defaulting to serializable would fail their races instead of settling them.
+    settings = {
+        "TimeZone": "UTC", "DateStyle": "ISO", "IntervalStyle": "postgres",
+        "default_transaction_isolation": "read committed", "plan_cache_mode": "force_generic_plan",
+    }
     server = statement_timeout if statement_timeout is not None else (
         None if call_timeout is None else call_timeout * SERVER_SHARE
     )
@@ -403,6 +418,103 @@ def describe_target(params: Mapping[str, Any]) -> str:
         else:
             spots.append(f"host {host} port {port}")
     return " or ".join(spots)
+
+
+READ_COMMITTED: Final = b"SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+"""A migration's first statement: its lock, then the version it reads, whatever the session."""
+
+# PostgreSQL runs read uncommitted as read committed.
+_READ_COMMITTED_LEVELS: Final = frozenset({"read committed", "read uncommitted"})
+
+
+def isolation_known(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn``'s session is known to default to read committed: set up so by the
+    driver (:func:`connect_kwargs`), or checked before (:func:`check_isolation`).
+
+    Every statement is written for read committed: its transactions lock, then read what
+    they locked (a lease's holders, a parent's state), and a claim or ack that waited on a
+    row lock re-reads the row. At repeatable read those reads see the snapshot taken before
+    the lock was granted: a fleet lease is granted past its limit, a child job is left
+    waiting on a parent already done. A session the driver did not set up (a caller's pool,
+    one behind a transaction pooler, which sets nothing) is asked once."""
+    return getattr(conn, "pooled", None) is False or "_jc_isolation" in conn.__dict__
+
+
+def isolation_checked(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], level: str) -> None:
+    """Remember ``conn``'s default isolation ``level`` if it is read committed, else refuse
+    (``JC_CONFIGURATION``): nothing of the call was sent."""
+    if level in _READ_COMMITTED_LEVELS:
+        conn.__dict__["_jc_isolation"] = level
+        return
+    raise ConfigurationError(
+        f"the PostgreSQL session's default_transaction_isolation is {level!r}, and jobcore's statements are"
+        " written for read committed (at a stricter level a fleet lease can be granted past its limit and a"
+        " child job left waiting on a parent already done); nothing was sent",
+        f"set it for jobcore's role (ALTER ROLE {_role(conn)} SET default_transaction_isolation = 'read committed'),"
+        " or open your pool's connections at read committed",
+    )
+
+
+def check_isolation(conn: psycopg.Connection[Any]) -> None:
+    """Ask ``conn``'s session its default isolation (one round trip) and :func:`isolation_checked` it."""
+    row = conn.execute(DEFAULT_ISOLATION, prepare=False).fetchone()
+    if not conn.autocommit:  # a caller's pool without autocommit: end the transaction the question opened
+        conn.rollback()
+    isolation_checked(conn, str(row[0]) if row else "")
+
+
+@contextlib.contextmanager
+def at_read_committed(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A block whose transactions ``conn`` begins at read committed: a caller's connection
+    set to another ``isolation_level`` (psycopg begins each transaction at it) is set back
+    after the block; any other is left as it is (its session default was checked)."""
+    level = conn.isolation_level
+    if level is None or level == psycopg.IsolationLevel.READ_COMMITTED:
+        yield
+        return
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    try:
+        yield
+    finally:
+        conn.isolation_level = level
+
+
+def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Refuse (``JC_CONFIGURATION``) a session whose ``DateStyle`` is not ISO or whose
+    ``IntervalStyle`` is not ``postgres``, before any statement runs on it.
+
+    psycopg reads a ``timestamptz`` or an ``interval`` sent as text only in those styles. In
+    any other, every answer holding one fails *after* the server ran the statement: a claim
+    would take its jobs and never hand them over, and each would be buried unrun once its
+    attempts ran out. The driver's own connections set both themselves (:func:`connect_kwargs`);
+    this catches the rest: a caller's pool, a session behind a transaction pooler (which
+    sets nothing), a style in the caller's own ``options``. It reads what the server last
+    reported (libpq keeps it): no round trip.
+    """
+    pgconn = conn.pgconn
+    for name, wanted, example in _STYLES:
+        style = pgconn.parameter_status(name)
+        if style is not None and not style.startswith(wanted):
+            shown = name.decode()
+            raise ConfigurationError(
+                f"the PostgreSQL session's {shown} is {style.decode(errors='replace')!r}, and jobcore reads the"
+                f" server's answers only in {wanted.decode()} form; nothing was sent",
+                f"set {shown} for jobcore's role (ALTER ROLE {_role(conn)} SET {shown} = {example}), or take"
+                f" {shown} out of the connection's options",
+            )
+
+
+def _role(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
+    """The role ``conn`` logged in as, quoted for SQL (``<role>`` if libpq has none)."""
+    user = conn.info.user or ""
+    return '"' + user.replace('"', '""') + '"' if user else "<role>"
+
+
+_STYLES: Final = (
+    (b"DateStyle", b"ISO", "'ISO, MDY'; the day order after the comma may stay as it is"),
+    (b"IntervalStyle", b"postgres", "'postgres'"),
+)
+"""The reported settings :func:`check_styles` reads: name, the form psycopg reads, the fix's value."""
 
 
 def alive(conn: psycopg.Connection[Any]) -> bool:

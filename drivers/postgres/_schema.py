@@ -26,6 +26,7 @@ from typing import Any, Final, NamedTuple
 
 import psycopg
 
+from ._pool import READ_COMMITTED
 from ._sql import render
 from ._sql.schema import (
     ADD_COMPATIBLE,
@@ -126,6 +127,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str, target: int = LATEST) ->
     schemas in the database can migrate it.
     """
     with conn.transaction():
+        # The lock, then the version read after it: at read committed whatever the session's default.
+        conn.execute(READ_COMMITTED)
         # DDL on a large table may take long: no statement timeout of the session (the
         # driver's default follows its call_timeout) cuts a migration short.
         conn.execute(render(NO_TIMEOUT))

@@ -25,6 +25,7 @@ from typing import Any, Final, NamedTuple
 
 import psycopg
 
+from ._pool import READ_COMMITTED
 from ._sql import render
 from ._sql.schema import (
     ADD_COMPATIBLE,
@@ -125,6 +126,8 @@ async def migrate(conn: psycopg.AsyncConnection[Any], schema: str, target: int =
     schemas in the database can migrate it.
     """
     async with conn.transaction():
+        # The lock, then the version read after it: at read committed whatever the session's default.
+        await conn.execute(READ_COMMITTED)
         # DDL on a large table may take long: no statement timeout of the session (the
         # driver's default follows its call_timeout) cuts a migration short.
         await conn.execute(render(NO_TIMEOUT))

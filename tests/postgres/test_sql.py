@@ -137,7 +137,9 @@ def test_driver_executes_only_named_statements() -> None:
         for match in re.finditer(r"(?<!def )(?:_fetch|execute)\(\s*([^,)\s]+)", text):
             target = match.group(1)
             # "pgconn": the lean path's libpq exchange (``generators.execute``) of a text it was handed by _fetch.
-            allowed = ("self.q.", "self._d.q.", "d.q.", "q.", "query", '""', "SESSION", "text", "pgconn")
+            allowed = (
+                "self.q.", "self._d.q.", "d.q.", "q.", "query", '""', "SESSION", "DEFAULT_ISOLATION", "text", "pgconn",
+            )
             assert target.startswith(allowed), (path.name, target)
 
 

@@ -33,8 +33,8 @@ from .prune import PruneStatements
 from .schedules import SCHEDULE_COLUMNS, ScheduleStatements
 
 __all__ = [
-    "JOB_COLUMNS", "LISTEN", "NOW", "NOW_MS", "SCHEDULE_COLUMNS", "SESSION", "Sql", "Statements", "bound", "names",
-    "native", "render",
+    "DEFAULT_ISOLATION", "JOB_COLUMNS", "LISTEN", "NOW", "NOW_MS", "SCHEDULE_COLUMNS", "SESSION", "Sql",
+    "Statements", "bound", "names", "native", "render",
 ]
 
 SESSION: Final = (
@@ -47,6 +47,10 @@ SESSION: Final = (
 pid libpq was given is the server's (``direct`` forces yes), and only then the session
 settings ``names``/``values`` (a transaction pooler would leave them on some other client's
 server connection). Sent as is: it names no table, so it is the same for every schema."""
+
+DEFAULT_ISOLATION: Final = b"SELECT current_setting('default_transaction_isolation')"
+"""What a session the driver did not set up defaults to (:func:`._pool.check_isolation`, once
+per connection). Sent as is: it names no table."""
 
 LISTEN: Final = "LISTEN {channel}"
 """A subscription's wake-ups (:mod:`._notify`): ``channel`` is the schema's NOTIFY channel."""
