@@ -135,6 +135,8 @@ class Session:
         with conn.cursor() as cur:
             cur.execute(SESSION, params, prepare=False)
             row = cur.fetchone()
+        if not conn.autocommit:  # a pool made without autocommit: settings rolled back with the first rollback
+            conn.commit()
         return self.pooled(conn, row)
 
     async def apply_async(self, conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -145,6 +147,8 @@ class Session:
         async with conn.cursor() as cur:
             await cur.execute(SESSION, params, prepare=False)
             row = await cur.fetchone()
+        if not conn.autocommit:  # a pool made without autocommit: settings rolled back with the first rollback
+            await conn.commit()
         return self.pooled(conn, row)
 
     def params(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> dict[str, Any] | None:

@@ -284,6 +284,22 @@ def test_a_callers_pool_without_autocommit_still_commits_each_statement(pg_url: 
         fx.drop_schema(pool, schema)
 
 
+def test_a_pool_made_without_autocommit_keeps_its_session_settings_past_a_rollback(pg_url: str) -> None:
+    """``make_pool(autocommit=False)``: the set-up is committed, so a connection comes out idle and the
+    settings stay (they were undone by the first rollback, and the first transaction ran at the
+    server's default isolation)."""
+    theirs = make_pool(pg_url, min_size=0, max_size=1, autocommit=False)
+    try:
+        with theirs.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            conn.rollback()
+            assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("9s",)
+            assert conn.execute("SHOW DateStyle").fetchone()[0].startswith("ISO")  # type: ignore[index]
+    finally:
+        theirs.close()
+
+
 def test_a_uniform_batch_stores_each_payload_as_encoded(driver: Any, pool: Any) -> None:
     """ENQUEUE_UNIFORM reads the payloads as ``json`` (not ``jsonb``): each row's text is the
     canonical encoding, key order and all, so a payload decodes as it was given."""
