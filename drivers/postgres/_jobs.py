@@ -289,7 +289,8 @@ class PostgresJobs:
             return False
         d = self._d
         # Retried like heartbeat: writing the same progress twice is harmless.
-        rows = d._fetch(d.q.PROGRESS, {**fence, "now": d._now(), "value": value, "message": message}, retry=True)
+        shown = None if value is None else repr(value)  # exact as text: see PROGRESS
+        rows = d._fetch(d.q.PROGRESS, {**fence, "now": d._now(), "value": shown, "message": message}, retry=True)
         return bool(rows)
 
     def start(self, tokens: list[ClaimToken]) -> list[bool]:

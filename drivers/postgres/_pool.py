@@ -291,7 +291,8 @@ def connect_kwargs(
     unless the conninfo names one, the client-side ``call_timeout``, and the :class:`Session`
     it applies once open (UTC, ISO dates, ``postgres`` intervals, read committed, generic
     plans, the server's ``statement_timeout``: given, else :data:`SERVER_SHARE` of
-    ``call_timeout``; none of it behind a transaction pooler).
+    ``call_timeout``; none of it behind a transaction pooler); ``client_encoding=UTF8``
+    unless the conninfo or ``PGCLIENTENCODING`` names one.
     No startup ``options`` are sent (a pooler may refuse them); the caller's own, in the
     conninfo, are, and the settings they name are not overridden. A conninfo listing several
     hosts connects only to one that takes writes (:func:`writable_only`). ``extra`` (psycopg's
@@ -320,6 +321,9 @@ def connect_kwargs(
     }
     if params.get("connect_timeout") is None:
         kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    if params.get("client_encoding") is None and not os.environ.get("PGCLIENTENCODING"):
+        # A startup parameter (a pooler passes it on): UTF-8 whatever the server's or role's default.
+        kwargs["client_encoding"] = "UTF8"
     return {**kwargs, **writable_only(params), **extra}
 
 
@@ -484,27 +488,28 @@ def at_read_committed(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Refuse (``JC_CONFIGURATION``) a session whose ``DateStyle`` is not ISO or whose
-    ``IntervalStyle`` is not ``postgres``, before any statement runs on it.
+    """Refuse (``JC_CONFIGURATION``) a session whose ``DateStyle`` is not ISO, whose
+    ``IntervalStyle`` is not ``postgres`` or whose ``client_encoding`` is not UTF-8, before
+    any statement runs on it.
 
     psycopg reads a ``timestamptz`` or an ``interval`` sent as text only in those styles. In
     any other, every answer holding one fails *after* the server ran the statement: a claim
     would take its jobs and never hand them over, and each would be buried unrun once its
-    attempts ran out. The driver's own connections set both themselves (:func:`connect_kwargs`);
-    this catches the rest: a caller's pool, a session behind a transaction pooler (which
-    sets nothing), a style in the caller's own ``options``. It reads what the server last
-    reported (libpq keeps it): no round trip.
+    attempts ran out. The driver reads a payload's JSON text as UTF-8, and any text a job
+    holds may be beyond a narrower encoding. The driver's own connections set all three
+    (:func:`connect_kwargs`); this catches the rest: a caller's pool, a session behind a
+    transaction pooler (which sets no style), a setting in the caller's own conninfo. It
+    reads what the server last reported (libpq keeps it): no round trip.
     """
     pgconn = conn.pgconn
-    for name, wanted, example in _STYLES:
+    for name, wanted, fix in _STYLES:
         style = pgconn.parameter_status(name)
         if style is not None and not style.startswith(wanted):
             shown = name.decode()
             raise ConfigurationError(
-                f"the PostgreSQL session's {shown} is {style.decode(errors='replace')!r}, and jobcore reads the"
-                f" server's answers only in {wanted.decode()} form; nothing was sent",
-                f"set {shown} for jobcore's role (ALTER ROLE {_role(conn)} SET {shown} = {example}), or take"
-                f" {shown} out of the connection's options",
+                f"the PostgreSQL session's {shown} is {style.decode(errors='replace')!r}, and jobcore reads and"
+                f" writes the server's text only in {wanted.decode()} form; nothing was sent",
+                fix.format(setting=shown, role=_role(conn)),
             )
 
 
@@ -514,11 +519,19 @@ def _role(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
     return '"' + user.replace('"', '""') + '"' if user else "<role>"
 
 
-_STYLES: Final = (
-    (b"DateStyle", b"ISO", "'ISO, MDY'; the day order after the comma may stay as it is"),
-    (b"IntervalStyle", b"postgres", "'postgres'"),
+_STYLE_FIX: Final = (
+    "set {setting} for jobcore's role (ALTER ROLE {role} SET {setting} = %s), or take {setting} out of the"
+    " connection's options"
 )
-"""The reported settings :func:`check_styles` reads: name, the form psycopg reads, the fix's value."""
+_STYLES: Final = (
+    (b"DateStyle", b"ISO", _STYLE_FIX % "'ISO, MDY'; the day order after the comma may stay as it is"),
+    (b"IntervalStyle", b"postgres", _STYLE_FIX % "'postgres'"),
+    (b"client_encoding", b"UTF8", (
+        "connect with client_encoding=UTF8 (in the URL or connection string, or PGCLIENTENCODING), or set it for"
+        " jobcore's role (ALTER ROLE {role} SET {setting} = 'UTF8')"
+    )),
+)
+"""The reported settings :func:`check_styles` reads: name, the form psycopg and the driver read, the fix."""
 
 
 def alive(conn: psycopg.Connection[Any]) -> bool:

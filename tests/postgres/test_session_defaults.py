@@ -38,8 +38,14 @@ from jobcore import Registry, Worker
 from jobcore.errors import BackendFailure, BackendUnavailable, ConfigurationError
 from jobcore.records import JobState
 
-OTHER_STYLES = {"DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata"}
-"""What the role defaults to in most tests: every style the driver reads, changed."""
+OTHER_STYLES = {
+    "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata", "client_encoding": "LATIN1",
+    "extra_float_digits": "-15",
+}
+"""What the role defaults to in most tests: every style the driver reads or writes, changed."""
+
+TEXT = {"s": "é \u2028 Ā 😀", "f": 0.1}
+"""A payload beyond Latin-1."""
 
 LEASE = timedelta(seconds=30)
 
@@ -84,6 +90,18 @@ def _untouched(pool: Any, schema: str, job_id: str) -> None:
     assert (job.state, job.attempt, job.worker_id, job.errors) == (JobState.READY, 0, None, ())
 
 
+def _progress_round_trips(driver: PostgresDriver) -> None:
+    """A progress value is stored as given, whatever the session's ``extra_float_digits``."""
+    job = driver.enqueue("progress", max_attempts=1)
+    token = driver.claim(["default"], worker_id="w", lease=LEASE).claimed[0].token
+    for value in (0.25, 1 / 3, 1e-07, 1.0):
+        assert driver.progress(token, value, "é Ā") is True
+        stored = driver.introspect.get(job.id)
+        assert stored is not None
+        assert stored.progress is not None
+        assert (stored.progress.value, stored.progress.message) == (value, "é Ā")
+
+
 def _recorded(work: Callable[[int], None], i: int, errors: list[BaseException]) -> None:
     try:
         work(i)
@@ -96,6 +114,8 @@ def _refusal(error: ConfigurationError, setting: str, value: str) -> None:
     assert f"{setting} is {value!r}" in error.cause
     assert "nothing was sent" in error.cause
     assert re.search(rf'\(ALTER ROLE "[a-z0-9_]+" SET {setting} = ', error.fix), error.fix
+    if setting == "client_encoding":
+        assert "connect with client_encoding=UTF8" in error.fix
 
 
 def test_the_drivers_own_connections_set_their_styles_and_a_worker_drains(role_with: Any) -> None:
@@ -104,17 +124,18 @@ def test_the_drivers_own_connections_set_their_styles_and_a_worker_drains(role_w
     driver = PostgresDriver(url, schema=fx.schema_name(), auto_migrate=True)
     try:
         with driver._connection() as conn:  # what the driver's session runs with
-            shown = [conn.execute(f"SHOW {name}").fetchone() for name in ("DateStyle", "IntervalStyle", "TimeZone")]
-        assert shown == [("ISO, DMY",), ("postgres",), ("UTC",)]
+            shown = [conn.execute(f"SHOW {name}").fetchone() for name in ("DateStyle", "IntervalStyle", "TimeZone",
+                                                                          "client_encoding")]
+        assert shown == [("ISO, DMY",), ("postgres",), ("UTC",), ("UTF8",)]
         before = datetime.now(timezone.utc)
-        jobs = [driver.enqueue("count", {"n": n}, max_attempts=1) for n in range(12)]
+        jobs = [driver.enqueue("count", {"n": n, **TEXT}, max_attempts=1) for n in range(12)]
         assert all(abs(job.created_at - before) < timedelta(minutes=1) for job in jobs)
         stats = driver.introspect.stats()  # reads the oldest due job's age: an interval
         assert stats.count("ready") == 12
 
         ran: list[int] = []
         registry = Registry()
-        registry.job(name="count")(lambda payload: ran.append(payload["n"]))
+        registry.job(name="count")(lambda payload: ran.append(payload["n"]) if payload["s"] == TEXT["s"] else None)
         worker = Worker(["default"], driver=driver, registry=registry, concurrency=2, poll_interval=0.05,
                         scheduler=False)
         thread = threading.Thread(target=worker.run, kwargs={"stop_signals": False})
@@ -130,6 +151,7 @@ def test_the_drivers_own_connections_set_their_styles_and_a_worker_drains(role_w
             thread.join(30)
         assert sorted(ran) == list(range(12))
         assert [driver.introspect.get(job.id).state for job in jobs] == [JobState.DONE] * 12  # type: ignore[union-attr]
+        _progress_round_trips(driver)
     finally:
         driver.close()
 
@@ -138,6 +160,7 @@ def test_the_drivers_own_connections_set_their_styles_and_a_worker_drains(role_w
     ("DateStyle", "SQL, DMY", "SQL, DMY"),
     ("DateStyle", "German", "German, DMY"),
     ("IntervalStyle", "sql_standard", "sql_standard"),
+    ("client_encoding", "LATIN1", "LATIN1"),
 ])
 def test_a_callers_pool_in_another_style_is_refused_and_no_job_loses_an_attempt(
     role_with: Any, pool: Any, schema: str, setting: str, value: str, shown: str,
@@ -153,7 +176,7 @@ def test_a_callers_pool_in_another_style_is_refused_and_no_job_loses_an_attempt(
                 driver.claim(["default"], worker_id="w", lease=LEASE)
             _refusal(refused.value, setting, shown)
         with pytest.raises(ConfigurationError):
-            driver.enqueue("y")
+            driver.enqueue("y", TEXT)
         with pytest.raises(ConfigurationError):
             driver.introspect.stats()
         _untouched(pool, schema, job.id)
@@ -429,3 +452,16 @@ def test_a_callers_connections_set_to_repeatable_read_still_lock_then_read_at_re
     finally:
         theirs.close()
         fx.drop_schema(pool, schema)
+
+
+def test_a_progress_value_is_stored_as_given_whatever_the_sessions_float_digits(role_with: Any, pool: Any,
+                                                                                schema: str) -> None:
+    """``extra_float_digits = -15`` on the role (not a setting the driver makes): progress 0.25 stays 0.25."""
+    theirs = ConnectionPool(role_with(extra_float_digits="-15"), kwargs={"autocommit": True}, min_size=0,
+                            max_size=1, open=True)
+    try:
+        with theirs.connection() as conn:
+            assert conn.execute("SELECT 0.25::float8::text").fetchone() == ("0.2",)  # what the role's sessions do
+        _progress_round_trips(PostgresDriver(theirs, schema=schema))
+    finally:
+        theirs.close()

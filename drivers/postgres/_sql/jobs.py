@@ -341,12 +341,14 @@ RETURNING j.id
 
     PROGRESS = Sql(f"""
 UPDATE {{jobs}} AS j SET progress = jsonb_build_object(
-    'value', %(value)s::float8, 'message', %(message)s::text, 'at', {NOW_MS})
+    'value', %(value)s::numeric, 'message', %(message)s::text, 'at', {NOW_MS})
 WHERE j.id = %(id)s AND j.claim_no = %(claim_no)s AND j.worker_id = %(worker)s AND j.state = {_RUNNING}
 RETURNING j.id
 """)
     """Store a current token's progress (G01, G02), fenced as :data:`HEARTBEAT` is; it sets no
-    indexed column, so the update can be HOT."""
+    indexed column, so the update can be HOT. ``value`` comes as the float's shortest text
+    (``repr``), read as ``numeric``: a ``float8`` would reach the JSON through the session's
+    ``extra_float_digits`` (at -15, 0.25 was stored as 0.2)."""
 
     START = Sql(f"""
 UPDATE {{jobs}} AS j SET attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
