@@ -22,7 +22,7 @@ import attrs
 import pymongo
 import pymongo.common
 from bson.codec_options import CodecOptions
-from pymongo import MongoClient, ReturnDocument
+from pymongo import MongoClient, ReadPreference, ReturnDocument
 from pymongo import errors as pe
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
@@ -95,6 +95,8 @@ class MongoStore(FrontDoor):
         v.check_clock(clock)
         if isinstance(uri_or_client, str):
             _refuse_unknown_options(uri_or_client)
+            if _unacknowledged(uri_or_client):
+                raise UrlInvalid(f"{repr(redact(uri_or_client))[:80]} asks for w=0: {_UNACKNOWLEDGED}", _W_FIX)
             try:
                 bounded = _bounded_options(uri_or_client, call_bound, connect_bound, most)
                 self._client: MongoClient[Doc] = MongoClient(
@@ -107,6 +109,8 @@ class MongoStore(FrontDoor):
             self._owns_client = True
             self._uri: str | None = uri_or_client
         elif isinstance(uri_or_client, MongoClient):
+            if not uri_or_client.write_concern.acknowledged:
+                raise OptionInvalid(f"the client's write concern is w=0: {_UNACKNOWLEDGED}", _W_FIX)
             self._client, self._owns_client, self._uri = uri_or_client, False, None
         else:
             raise OptionInvalid(
@@ -126,7 +130,9 @@ class MongoStore(FrontDoor):
         if clock is None:
             clock = StoreClock(self._store_time)
         self.clock: Clock = clock
-        db = self._client.get_database(database, codec_options=_CODEC)
+        # Reads from the primary whatever the client's readPreference: a claim, an ack and a
+        # rescue decide on what they read, and a secondary's copy may be behind.
+        db = self._client.get_database(database, codec_options=_CODEC, read_preference=ReadPreference.PRIMARY)
         self._jobs: Collection[Doc] = db[f"{collection_prefix}jobs"]
         self._meta: Collection[Doc] = db[f"{collection_prefix}meta"]
         self._capabilities: frozenset[str] | None = None
@@ -468,6 +474,22 @@ _OWN_URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "auto_migrate": lambda text: text.lower() in ("1", "true", "yes", "on"),
     "pool_max": int,
 }
+
+
+_UNACKNOWLEDGED = (
+    "unacknowledged writes cannot keep jobcore's rules (a refused duplicate key, an ack that did not land and"
+    " a claim's answer would all go unseen)"
+)
+_W_FIX = "drop w=0 (the default w=1, or w=majority on a replica set)"
+
+
+def _unacknowledged(uri: str) -> bool:
+    """Whether ``uri`` asks for unacknowledged writes (``w=0``), read without resolving anything."""
+    try:
+        query = urlsplit(uri).query.replace(";", "&")
+    except ValueError:
+        return False  # the client's own parse refuses it, coded
+    return any(name.lower() == "w" and value.strip() == "0" for name, value in parse_qsl(query))
 
 
 def _refuse_unknown_options(uri: str) -> None:
