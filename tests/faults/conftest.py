@@ -75,6 +75,15 @@ def own_store(
 
 
 @pytest.fixture
+def own_odd_postgres(driver_name: str) -> Iterator[h.Store]:
+    """A PostgreSQL server of this test's own whose every session defaults to what jobcore's
+    statements do not read (:data:`~tests.faults.harness.OTHER_DEFAULTS`, as postgresql.conf would)."""
+    if driver_name != "postgres":
+        pytest.skip(f"server-wide session defaults are PostgreSQL's own, not {driver_name}'s")
+    yield from _made("PostgreSQL server of the test's own", lambda: h.own_postgres(**h.OTHER_DEFAULTS))
+
+
+@pytest.fixture
 def own_pair(driver_name: str) -> Iterator[h.Store]:
     """A primary and a synchronous standby of this test's own (PostgreSQL's failover)."""
     if driver_name != "postgres":

@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jobcore
@@ -241,11 +241,22 @@ def _postgres_store(server: Any, url: str) -> Store:
     return store
 
 
-def own_postgres() -> Store:
-    """A PostgreSQL server of this scenario's own (it may stop and restart it), one schema in it."""
+OTHER_DEFAULTS: Final = {
+    "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata",
+    "client_encoding": "LATIN1", "default_transaction_isolation": "repeatable read", "extra_float_digits": "-15",
+}
+"""Server settings every session defaults to that jobcore's statements do not read (see
+docs/drivers/postgres.md "Session defaults"): :func:`own_postgres` takes them."""
+
+
+def own_postgres(**defaults: str) -> Store:
+    """A PostgreSQL server of this scenario's own (it may stop and restart it), one schema in
+    it; ``defaults`` are server settings (``-c name=value``, as ``postgresql.conf`` would set
+    them: every session's defaults)."""
     from fixtures.postgres import LocalServer  # noqa: PLC0415 - fixtures/ is a test-tree package
 
-    server = LocalServer(_bindir()).start()
+    extra = tuple(part for name, value in defaults.items() for part in ("-c", f"{name}={value}"))
+    server = LocalServer(_bindir(), extra=extra).start()
     return _postgres_store(server, server.url)
 
 
