@@ -232,9 +232,13 @@ def test_behind_a_transaction_pooler_the_driver_sets_nothing_and_refuses(
     role_with: Any, pool: Any, schema: str, settings: dict[str, str], setting: str, shown: str,
 ) -> None:
     """``pooler=transaction`` sets no session state, so a role with other defaults is refused, not half-served."""
-    url = role_with(**settings)
+    _a_claim_is_refused(pool, schema, f"{role_with(**settings)}?pooler=transaction", setting, shown)
+
+
+def _a_claim_is_refused(pool: Any, schema: str, url: str, setting: str, shown: str) -> None:
+    """A driver on ``url`` is refused its claim, naming ``setting`` and its value; the waiting job untouched."""
     job = PostgresDriver(pool, schema=schema).enqueue("x", max_attempts=1)
-    driver = PostgresDriver(url, schema=schema, pooler="transaction")
+    driver = PostgresDriver.from_url(f"{url}{'&' if '?' in url else '?'}schema={schema}")
     try:
         with pytest.raises(ConfigurationError) as refused:
             driver.claim(["default"], worker_id="w", lease=LEASE)
@@ -254,15 +258,7 @@ def test_through_pgbouncer_a_role_with_other_defaults_is_refused(
         pb._unavailable("no pgbouncer binary")
     bouncer = pb.Bouncer(binary, role_with(**settings)).start()  # type: ignore[arg-type]
     try:
-        job = PostgresDriver(pool, schema=schema).enqueue("x", max_attempts=1)
-        driver = PostgresDriver(bouncer.url, schema=schema)
-        try:
-            with pytest.raises(ConfigurationError) as refused:
-                driver.claim(["default"], worker_id="w", lease=LEASE)
-            _refusal(refused.value, setting, shown)
-        finally:
-            driver.close()
-        _untouched(pool, schema, job.id)
+        _a_claim_is_refused(pool, schema, bouncer.url, setting, shown)
     finally:
         bouncer.stop()
 
