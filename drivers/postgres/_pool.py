@@ -499,8 +499,13 @@ def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -
     holds may be beyond a narrower encoding. The driver's own connections set all three
     (:func:`connect_kwargs`); this catches the rest: a caller's pool, a session behind a
     transaction pooler (which sets no style), a setting in the caller's own conninfo. It
-    reads what the server last reported (libpq keeps it): no round trip.
+    reads what the server last reported (libpq keeps it): no round trip. A connection the
+    driver made passes once and is not read again (nothing but the driver runs on it, and
+    its settings came with it); a caller's connection is read on every checkout, since the
+    caller may ``SET`` a style between two of the driver's calls.
     """
+    if "_jc_styled" in conn.__dict__:
+        return
     pgconn = conn.pgconn
     for name, wanted, fix in _STYLES:
         style = pgconn.parameter_status(name)
@@ -511,6 +516,8 @@ def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -
                 f" writes the server's text only in {wanted.decode()} form; nothing was sent",
                 fix.format(setting=shown, role=_role(conn)),
             )
+    if getattr(conn, "pooled", None) is not None:  # set up by a Session: the driver's own
+        conn.__dict__["_jc_styled"] = True
 
 
 def _role(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:

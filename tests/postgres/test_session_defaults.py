@@ -461,3 +461,23 @@ def test_a_progress_value_is_stored_as_given_whatever_the_sessions_float_digits(
         _progress_round_trips(PostgresDriver(theirs, schema=schema))
     finally:
         theirs.close()
+
+
+def test_a_style_the_caller_sets_on_their_connection_between_two_calls_is_refused(pg_url: str, pool: Any,
+                                                                                   schema: str) -> None:
+    """A caller's pool is read on every checkout: a ``SET DateStyle`` of theirs between two calls is seen."""
+    theirs = ConnectionPool(pg_url, kwargs={"autocommit": True}, min_size=1, max_size=1, open=True)
+    try:
+        driver = PostgresDriver(theirs, schema=schema)
+        job = driver.enqueue("x")
+        with theirs.connection() as conn:
+            conn.execute("SET DateStyle = 'SQL, DMY'")
+        with pytest.raises(ConfigurationError) as refused:
+            driver.claim(["default"], worker_id="w", lease=LEASE)
+        _refusal(refused.value, "DateStyle", "SQL, DMY")
+        _untouched(pool, schema, job.id)
+        with theirs.connection() as conn:
+            conn.execute("SET DateStyle = 'ISO'")
+        assert [c.job.id for c in driver.claim(["default"], worker_id="w", lease=LEASE).claimed] == [job.id]
+    finally:
+        theirs.close()
