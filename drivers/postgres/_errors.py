@@ -38,6 +38,7 @@ from jobcore.errors import (
     BackendFailure,
     BackendTimeout,
     BackendUnavailable,
+    ConfigurationError,
     JobcoreError,
     SchemaOutdated,
     UrlInvalid,
@@ -127,6 +128,8 @@ def _per_host(text: str) -> str:
     return "; ".join(reasons)[:600]
 
 
+_STATEMENT_POOLING: Final = "transaction blocks not allowed in statement pooling mode"
+
 ROLLED_BACK: Final = (
     pg.TransactionRollback, pg.SerializationFailure, pg.DeadlockDetected, pg.TransactionIntegrityConstraintViolation,
 )
@@ -180,6 +183,12 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
     if isinstance(exc, ROLLED_BACK):  # deadlock, serialization failure: nothing was written
         return BackendFailure(
             f"the database rolled the statement back: {text}", "retry the call; nothing of it was written"
+        )
+    if _STATEMENT_POOLING in text:  # PgBouncer's answer to BEGIN (it also closes the connection)
+        return ConfigurationError(
+            "PgBouncer pools this database in statement mode, which refuses every transaction: jobcore's"
+            f" dependencies, fleet leases, schedules and bulk operations run in one ({text})",
+            "set pool_mode = transaction (or session) for this database in pgbouncer.ini",
         )
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         if _AUTH.search(text) and text.startswith("connection failed"):  # a caller's own connection

@@ -21,7 +21,7 @@ from jobcore.drivers.postgres import PostgresDriver, make_pool
 from fixtures import pgbouncer as pb
 from fixtures import postgres as fx
 from jobcore import Registry, Worker
-from jobcore.errors import NotSupported, OptionInvalid, UrlInvalid
+from jobcore.errors import ConfigurationError, NotSupported, OptionInvalid, UrlInvalid
 
 
 @pytest.fixture
@@ -221,3 +221,32 @@ def test_make_pool_refuses_bad_sizes_and_modes(pg_url: str) -> None:
     for options in ({"max_size": 0}, {"max_size": "10"}, {"min_size": -1}, {"pooler": "session"}):
         with pytest.raises(OptionInvalid):
             make_pool(pg_url, **options)
+
+
+def test_statement_pooling_refuses_transactions_and_the_driver_says_so(pg_url: str, pool: Any) -> None:
+    """PgBouncer in statement mode: single statements work; what runs in a transaction (a dependent
+    enqueue, a fleet lease) is refused as JC_CONFIGURATION naming pool_mode, never as a lost
+    connection to retry, and writes nothing."""
+    binary = pb.find_pgbouncer()
+    if binary is None:
+        pb._unavailable("the pgbouncer binary is not installed")
+    schema = fx.schema_name()
+    PostgresDriver(pool, schema=schema).migrate()
+    bouncer = pb.Bouncer(binary, pg_url, settings={"pool_mode": "statement"}).start()  # type: ignore[arg-type]
+    driver = PostgresDriver(bouncer.url, schema=schema)
+    try:
+        parent = driver.enqueue("parent")
+        assert [c.job.id for c in driver.claim(["default"], worker_id="w", lease=30).claimed] == [parent.id]
+        for call in (lambda: driver.enqueue("child", depends_on=[parent.id]),
+                     lambda: driver.leases.acquire("api", 1, "h1", 30)):
+            with pytest.raises(ConfigurationError) as refused:
+                call()
+            assert refused.value.code == "JC_CONFIGURATION"
+            assert "PgBouncer pools this database in statement mode" in refused.value.cause
+            assert refused.value.fix == "set pool_mode = transaction (or session) for this database in pgbouncer.ini"
+        assert PostgresDriver(pool, schema=schema).introspect.stats().count("ready") == 0  # no child
+        assert PostgresDriver(pool, schema=schema).leases.holders("api") == []
+    finally:
+        driver.close()
+        bouncer.stop()
+        fx.drop_schema(pool, schema)
