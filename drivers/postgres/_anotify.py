@@ -25,7 +25,7 @@ from jobcore.errors import redact
 
 from ._apool import AsyncBoundedConnection, discard
 from ._notify import _RECONNECT_CAP, _RECONNECT_FIRST, EVERY, PROBE_AFTER, WaiterBook
-from ._pool import Session
+from ._pool import LISTENER_SETTINGS, Session
 from ._sql import LISTEN, render
 
 __all__ = ["AsyncFinishHub", "AsyncListener"]
@@ -64,7 +64,7 @@ class AsyncListener:
         return listener
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        conn = await AsyncBoundedConnection.connect(self._conninfo, session=Session({}), **self._kwargs)
+        conn = await AsyncBoundedConnection.connect(self._conninfo, session=Session(LISTENER_SETTINGS), **self._kwargs)
         if conn.pooled:
             await conn.close()
             self.refused = "the wake-up connection goes through a transaction pooler, where LISTEN cannot work"

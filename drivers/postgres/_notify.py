@@ -33,7 +33,7 @@ from psycopg import sql
 
 from jobcore.errors import redact
 
-from ._pool import BoundedConnection, Session
+from ._pool import LISTENER_SETTINGS, BoundedConnection, Session
 from ._sql import LISTEN, render
 
 __all__ = ["EVERY", "PROBE_AFTER", "FinishHub", "Listener", "Waiting", "channel_for", "finish_channel_for"]
@@ -90,7 +90,7 @@ class Listener:
         self._ready.wait(10)  # LISTEN is in place before subscribe() returns (when the server answers)
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = BoundedConnection.connect(self._conninfo, session=Session({}), **self._kwargs)
+        conn = BoundedConnection.connect(self._conninfo, session=Session(LISTENER_SETTINGS), **self._kwargs)
         if conn.pooled:
             conn.close()
             self.refused = "the wake-up connection goes through a transaction pooler, where LISTEN cannot work"

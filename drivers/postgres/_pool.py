@@ -56,6 +56,7 @@ __all__ = [
     "CLOCK_READ_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
+    "LISTENER_SETTINGS",
     "POOLER_MODES",
     "READ_COMMITTED",
     "BoundedConnection",
@@ -111,6 +112,12 @@ def _named_in(options: str) -> set[str]:
             continue
         names.add(setting.partition("=")[0].replace("-", "_").lower())
     return names
+
+
+LISTENER_SETTINGS: Final = {"idle_session_timeout": "0"}
+"""A LISTEN connection's session settings: it idles by design, and a server's or role's
+``idle_session_timeout`` closed it every so often (a warning and a reconnection each time,
+its wake-ups meanwhile lost). Skipped on a server without the setting (before 14)."""
 
 
 class Session:

@@ -481,3 +481,23 @@ def test_a_style_the_caller_sets_on_their_connection_between_two_calls_is_refuse
         assert [c.job.id for c in driver.claim(["default"], worker_id="w", lease=LEASE).claimed] == [job.id]
     finally:
         theirs.close()
+
+
+def test_the_wake_up_listener_outlives_a_roles_idle_session_timeout(role_with: Any, schema: str,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A role whose idle sessions the server closes after 0.4 s: the LISTEN session (idle by design) is
+    not closed, so no reconnection is logged, and a wake-up still arrives at once."""
+    url = role_with(idle_session_timeout="400ms")
+    driver = PostgresDriver(url, schema=schema)
+    heard = threading.Event()
+    subscription = driver.subscribe(["q"], lambda queue: heard.set())
+    try:
+        with caplog.at_level("WARNING"):
+            threading.Event().wait(1.5)  # past three of the role's idle timeouts
+            driver.enqueue("x", queue="q")
+            assert heard.wait(5)
+        assert [r.getMessage() for r in caplog.records if "listener lost its connection" in r.getMessage()] == []
+        assert driver.introspect.stats().count("ready") == 1  # the pool's own idle sessions are the role's to close
+    finally:
+        subscription.close()
+        driver.close()

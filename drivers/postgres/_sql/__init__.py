@@ -40,13 +40,15 @@ __all__ = [
 SESSION: Final = (
     b"SELECT pg_backend_pid() = %(pid)s::int OR %(direct)s::bool,"
     b" CASE WHEN pg_backend_pid() = %(pid)s::int OR %(direct)s::bool THEN"
-    b" (SELECT string_agg(set_config(n, v, false), ',') FROM unnest(%(names)s::text[], %(values)s::text[]) AS s (n, v))"
+    b" (SELECT string_agg(set_config(n, v, false), ',') FROM unnest(%(names)s::text[], %(values)s::text[]) AS s (n, v)"
+    b" WHERE current_setting(n, true) IS NOT NULL)"
     b" END"
 )
 """A new connection's set-up, one round trip (:class:`._pool.Session`): whether the backend
 pid libpq was given is the server's (``direct`` forces yes), and only then the session
 settings ``names``/``values`` (a transaction pooler would leave them on some other client's
-server connection). Sent as is: it names no table, so it is the same for every schema."""
+server connection). A setting this server does not have (``idle_session_timeout`` before
+PostgreSQL 14) is skipped. Sent as is: it names no table, so it is the same for every schema."""
 
 DEFAULT_ISOLATION: Final = b"SELECT current_setting('default_transaction_isolation')"
 """What a session the driver did not set up defaults to (:func:`._pool.check_isolation`, once
