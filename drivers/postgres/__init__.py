@@ -92,15 +92,15 @@ from ._notify import Listener
 from ._pool import (
     CLOCK_READ_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
+    VETTED,
     BoundedConnection,
     Pool,
     alive,
     at_read_committed,
     bounded,
-    check_isolation,
     check_styles,
     connect_kwargs,
-    isolation_known,
+    vet,
 )
 from ._rows import EPOCH
 from ._schedules import PostgresSchedules
@@ -143,10 +143,10 @@ def make_pool(
     statement_timeout: Duration | None = None, call_timeout: Duration | None = DEFAULT_CALL_TIMEOUT,
     pooler: str = "auto", **kwargs: Any,
 ) -> ConnectionPool[Any]:
-    """A ``psycopg_pool`` pool set up the way the driver wants it (autocommit, UTC, ISO dates,
-    read committed, generic plans), of :class:`~._pool.BoundedConnection`: no statement waits on the server longer
-    than ``call_timeout`` (past it the connection is discarded and the call answers
-    ``JC_DB_TIMEOUT``; ``None`` for no bound).
+    """A ``psycopg_pool`` pool set up the way the driver wants it (autocommit, UTF-8, UTC, ISO
+    dates, read committed, generic plans), of :class:`~._pool.BoundedConnection`: no
+    statement waits on the server longer than ``call_timeout`` (past it the connection is
+    discarded and the call answers ``JC_DB_TIMEOUT``; ``None`` for no bound).
 
     ``statement_timeout`` (a duration) is applied to every pooled session, by default 90%
     of ``call_timeout``; a statement running longer is cancelled by the server and surfaces
@@ -367,13 +367,12 @@ class PostgresDriver(FrontDoor):
         for _ in range(64):
             conn: psycopg.Connection[Any] = self._getconn()
             if alive(conn):
-                try:
-                    check_styles(conn)
-                    if not isolation_known(conn):
-                        check_isolation(conn)
-                except BaseException:
-                    self._pool.putconn(conn)
-                    raise
+                if VETTED not in conn.__dict__:
+                    try:
+                        vet(conn, own=isinstance(self._pool, Pool))
+                    except BaseException:
+                        self._pool.putconn(conn)
+                        raise
                 return conn
             conn.close()
             self._pool.putconn(conn)  # the pool discards a closed connection and opens a new one

@@ -40,16 +40,20 @@ from ._pool import (
     _WAIT_INTERVAL,
     DEFAULT_CALL_TIMEOUT,
     RV,
+    VETTED,
     CallTimeout,
     ConnectFailed,
     Session,
+    check_styles,
     isolation_checked,
+    isolation_known,
     probe,
 )
 from ._sql import DEFAULT_ISOLATION
 
 __all__ = [
     "AsyncBoundedConnection", "AsyncPool", "alive_async", "at_read_committed_async", "check_isolation_async", "discard",
+    "vet_async",
 ]
 
 
@@ -122,6 +126,15 @@ async def check_isolation_async(conn: psycopg.AsyncConnection[Any]) -> None:
     if not conn.autocommit:  # a caller's pool without autocommit: end the transaction the question opened
         await conn.rollback()
     isolation_checked(conn, str(row[0]) if row else "")
+
+
+async def vet_async(conn: psycopg.AsyncConnection[Any], *, own: bool) -> None:
+    """:func:`~._pool.vet` on an async connection."""
+    check_styles(conn)
+    if not isolation_known(conn):
+        await check_isolation_async(conn)
+    if own:
+        conn.__dict__[VETTED] = True
 
 
 @contextlib.asynccontextmanager

@@ -33,7 +33,7 @@ from jobcore.records import Job, Migration
 
 from . import _lean_async, _lean_wire, _schema_async
 from ._anotify import AsyncListener
-from ._apool import AsyncPool, alive_async, at_read_committed_async, check_isolation_async, discard
+from ._apool import AsyncPool, alive_async, at_read_committed_async, discard, vet_async
 from ._config import (
     check_schema,
     configure,
@@ -50,10 +50,10 @@ from ._leases_async import AsyncPostgresLeases
 from ._pool import (
     CLOCK_READ_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
+    VETTED,
     BoundedConnection,
     bounded,
     check_styles,
-    isolation_known,
 )
 from ._rows import EPOCH
 from ._schedules_async import AsyncPostgresSchedules
@@ -282,13 +282,12 @@ class AsyncPostgresDriver(AsyncFrontDoor):
             if usable:
                 if self._pooled is None:
                     self._pooled = getattr(conn, "pooled", None)
-                try:
-                    check_styles(conn)
-                    if not isolation_known(conn):
-                        await check_isolation_async(conn)
-                except BaseException:
-                    await self._putconn(conn)
-                    raise
+                if VETTED not in conn.__dict__:
+                    try:
+                        await vet_async(conn, own=isinstance(self._pool, AsyncPool))
+                    except BaseException:
+                        await self._putconn(conn)
+                        raise
                 return conn
             discard(conn)
             await self._putconn(conn)  # the pool discards a closed connection and opens a new one

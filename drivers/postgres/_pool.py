@@ -59,6 +59,7 @@ __all__ = [
     "LISTENER_SETTINGS",
     "POOLER_MODES",
     "READ_COMMITTED",
+    "VETTED",
     "BoundedConnection",
     "CallTimeout",
     "ConnectFailed",
@@ -75,6 +76,7 @@ __all__ = [
     "isolation_checked",
     "isolation_known",
     "probe",
+    "vet",
     "writable_only",
 ]
 
@@ -113,6 +115,8 @@ def _named_in(options: str) -> set[str]:
         names.add(setting.partition("=")[0].replace("-", "_").lower())
     return names
 
+
+_ISOLATION: Final = "default_transaction_isolation"
 
 LISTENER_SETTINGS: Final = {"idle_session_timeout": "0"}
 """A LISTEN connection's session settings: it idles by design, and a server's or role's
@@ -169,12 +173,15 @@ class Session:
             "names": list(self.settings), "values": list(self.settings.values()),
         }
 
-    @staticmethod
-    def pooled(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], row: Any) -> bool:
-        """Whether the setup statement's answer ``row`` says a pooler is in between (then ``conn`` prepares nothing)."""
+    def pooled(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], row: Any) -> bool:
+        """Whether the setup statement's answer ``row`` says a pooler is in between (then ``conn``
+        prepares nothing). A direct session that set its default isolation is marked as known
+        (:func:`isolation_known`)."""
         direct = bool(row and row[0])
         if not direct:
             conn.prepare_threshold = None
+        elif _ISOLATION in self.settings:
+            conn.__dict__["_jc_isolation"] = self.settings[_ISOLATION]
         return not direct
 
 
@@ -312,7 +319,7 @@ def connect_kwargs(
     # or database defaulting to serializable would fail their races instead of settling them.
     settings = {
         "TimeZone": "UTC", "DateStyle": "ISO", "IntervalStyle": "postgres",
-        "default_transaction_isolation": "read committed", "plan_cache_mode": "force_generic_plan",
+        _ISOLATION: "read committed", "plan_cache_mode": "force_generic_plan",
     }
     server = statement_timeout if statement_timeout is not None else (
         None if call_timeout is None else call_timeout * SERVER_SHARE
@@ -444,7 +451,8 @@ _READ_COMMITTED_LEVELS: Final = frozenset({"read committed", "read uncommitted"}
 
 def isolation_known(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether ``conn``'s session is known to default to read committed: set up so by the
-    driver (:func:`connect_kwargs`), or checked before (:func:`check_isolation`).
+    driver (:func:`connect_kwargs`, unless the caller's ``options`` name the setting), or
+    checked before (:func:`check_isolation`).
 
     Every statement is written for read committed: its transactions lock, then read what
     they locked (a lease's holders, a parent's state), and a claim or ack that waited on a
@@ -452,7 +460,7 @@ def isolation_known(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
     the lock was granted: a fleet lease is granted past its limit, a child job is left
     waiting on a parent already done. A session the driver did not set up (a caller's pool,
     one behind a transaction pooler, which sets nothing) is asked once."""
-    return getattr(conn, "pooled", None) is False or "_jc_isolation" in conn.__dict__
+    return "_jc_isolation" in conn.__dict__
 
 
 def isolation_checked(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], level: str) -> None:
@@ -494,6 +502,23 @@ def at_read_committed(conn: psycopg.Connection[Any]) -> Iterator[None]:
         conn.isolation_level = level
 
 
+VETTED: Final = "_jc_vetted"
+"""Marks (in a connection's ``__dict__``) a connection of the driver's own pool that passed
+:func:`vet`: nothing but the driver runs on it, so it is not read again."""
+
+
+def vet(conn: psycopg.Connection[Any], *, own: bool) -> None:
+    """Refuse a session jobcore cannot read or keep its rules in (:func:`check_styles`,
+    :func:`check_isolation`), before anything is sent on it; ``own``: a connection of the
+    driver's own pool, marked :data:`VETTED` once it passed. A caller's connection is
+    vetted on every checkout, since the caller may ``SET`` a style between two calls."""
+    check_styles(conn)
+    if not isolation_known(conn):
+        check_isolation(conn)
+    if own:
+        conn.__dict__[VETTED] = True
+
+
 def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     """Refuse (``JC_CONFIGURATION``) a session whose ``DateStyle`` is not ISO, whose
     ``IntervalStyle`` is not ``postgres`` or whose ``client_encoding`` is not UTF-8, before
@@ -506,13 +531,8 @@ def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -
     holds may be beyond a narrower encoding. The driver's own connections set all three
     (:func:`connect_kwargs`); this catches the rest: a caller's pool, a session behind a
     transaction pooler (which sets no style), a setting in the caller's own conninfo. It
-    reads what the server last reported (libpq keeps it): no round trip. A connection the
-    driver made passes once and is not read again (nothing but the driver runs on it, and
-    its settings came with it); a caller's connection is read on every checkout, since the
-    caller may ``SET`` a style between two of the driver's calls.
+    reads what the server last reported (libpq keeps it): no round trip.
     """
-    if "_jc_styled" in conn.__dict__:
-        return
     pgconn = conn.pgconn
     for name, wanted, fix in _STYLES:
         style = pgconn.parameter_status(name)
@@ -523,8 +543,6 @@ def check_styles(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -
                 f" writes the server's text only in {wanted.decode()} form; nothing was sent",
                 fix.format(setting=shown, role=_role(conn)),
             )
-    if getattr(conn, "pooled", None) is not None:  # set up by a Session: the driver's own
-        conn.__dict__["_jc_styled"] = True
 
 
 def _role(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
