@@ -11,7 +11,7 @@ outdated schema gets the same coded refusal on both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -90,6 +90,18 @@ URL_OPTIONS: dict[str, Callable[[str], Any]] = {
 }
 
 
+def _query_pairs(query: str) -> list[tuple[str, str]]:
+    """A URL's query read as libpq reads it: ``%XX`` escapes decode, a ``+`` is a plus (not
+    the space of an HTML form, which ``parse_qsl`` alone would make it)."""
+    return parse_qsl(query.replace("+", "%2B"), keep_blank_values=True)
+
+
+def _query_text(pairs: Iterable[tuple[str, str]]) -> str:
+    """``pairs`` as a query libpq reads back the same: a space as ``%20`` (``urlencode``'s
+    own ``+`` reached the server as a plus: ``options=-c%20...`` became ``+...``)."""
+    return urlencode(list(pairs), quote_via=quote)
+
+
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
     """``postgresql://...?schema=...`` split into the conninfo for libpq and jobcore's own options."""
     try:
@@ -100,7 +112,7 @@ def split_url(url: str) -> tuple[str, dict[str, Any]]:
         raise UrlInvalid(f"{parts.scheme}:// is not a PostgreSQL URL", "use postgresql://user@host/db")
     taken: dict[str, Any] = {}
     rest = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+    for name, value in _query_pairs(parts.query):
         if name in URL_OPTIONS:
             try:
                 taken[name] = URL_OPTIONS[name](value)
@@ -108,7 +120,7 @@ def split_url(url: str) -> tuple[str, dict[str, Any]]:
                 raise UrlInvalid(f"URL option {name}={redact(value)!r:.40} is not valid") from None
         else:
             rest.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(rest))), taken
+    return urlunsplit(parts._replace(query=_query_text(rest))), taken
 
 
 def own_options(schema: str, pooler: str, listen_url: str | None) -> dict[str, str]:
@@ -126,8 +138,8 @@ def store_url(conninfo: object, own: Mapping[str, str]) -> str:
     text = conninfo if isinstance(conninfo, str) else ""
     if text.startswith(("postgresql://", "postgres://")):
         parts = urlsplit(text)
-        query = [(k, val) for k, val in parse_qsl(parts.query, keep_blank_values=True) if k not in own]
-        return urlunsplit(parts._replace(query=urlencode([*query, *own.items()])))
+        query = [(k, val) for k, val in _query_pairs(parts.query) if k not in own]
+        return urlunsplit(parts._replace(query=_query_text([*query, *own.items()])))
     params = {k: val for k, val in conninfo_to_dict(text).items() if val is not None}
     user = quote(str(params.pop("user", "")), safe="")
     password = quote(str(params.pop("password", "")), safe="")
@@ -136,7 +148,7 @@ def store_url(conninfo: object, own: Mapping[str, str]) -> str:
     dbname = quote(str(params.pop("dbname", "")), safe="")
     auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
     netloc = f"{auth}{host}{f':{port}' if port else ''}"
-    options = urlencode([*((k, str(val)) for k, val in params.items()), *own.items()])
+    options = _query_text([*((k, str(val)) for k, val in params.items()), *own.items()])
     return f"postgresql://{netloc}/{dbname}?{options}"
 
 

@@ -263,18 +263,14 @@ def test_through_pgbouncer_a_role_with_other_defaults_is_refused(
         bouncer.stop()
 
 
-def test_a_style_in_the_callers_own_options_is_theirs_and_is_refused(pg_url: str, pool: Any, schema: str) -> None:
-    """``options=-c DateStyle=...`` in the URL wins over the driver's setting, so the driver refuses it."""
-    job = PostgresDriver(pool, schema=schema).enqueue("x")
-    driver = PostgresDriver(f"{pg_url}?options=-c%20DateStyle%3DPostgres", schema=schema)
-    try:
-        with pytest.raises(ConfigurationError) as refused:
-            driver.claim(["default"], worker_id="w", lease=LEASE)
-        _refusal(refused.value, "DateStyle", "Postgres, MDY")
-        assert "take DateStyle out of the connection's options" in refused.value.fix
-    finally:
-        driver.close()
-    _untouched(pool, schema, job.id)
+@pytest.mark.parametrize(("option", "setting", "shown"), [
+    ("DateStyle%3DPostgres", "DateStyle", "Postgres, MDY"),
+    ("default_transaction_isolation%3Dserializable", "default_transaction_isolation", "serializable"),
+])
+def test_a_setting_in_the_callers_own_options_is_theirs_and_is_refused(pg_url: str, pool: Any, schema: str,
+                                                                       option: str, setting: str, shown: str) -> None:
+    """``options=-c ...`` in the URL wins over the driver's setting, so the driver checks it and refuses it."""
+    _a_claim_is_refused(pool, schema, f"{pg_url}?options=-c%20{option}", setting, shown)
 
 
 def test_the_async_driver_sets_its_styles_and_refuses_a_callers_pool(role_with: Any, pool: Any, schema: str) -> None:

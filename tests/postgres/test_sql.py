@@ -16,6 +16,7 @@ from jobcore.drivers.postgres import PostgresDriver, _sql, make_pool
 from jobcore.parity.plugin import START
 from psycopg import sql
 
+import jobcore
 from fixtures import postgres as fx
 from jobcore.clock import ManualClock
 from tests.postgres.plans import generic_plan
@@ -311,3 +312,23 @@ def test_a_uniform_batch_stores_each_payload_as_encoded(driver: Any, pool: Any) 
         stored = conn.execute(query.format(table), ([int(j.id) for j in jobs],)).fetchall()
     assert [row[0] for row in stored] == [json.dumps(p, ensure_ascii=False, separators=(",", ":")) for p in payloads]
     assert list(driver.introspect.get(jobs[0].id).payload) == ["b", "a"]
+
+
+def test_url_options_reach_libpq_as_written_through_from_url_connect_and_driver_url(pg_url: str, pool: Any) -> None:
+    """A space (``%20``) and a plus in a URL's libpq options arrive as written, through
+    ``from_url``, ``jobcore.connect`` and the ``driver.url`` handed to a worker (the URL was
+    re-encoded as an HTML form: ``options=-c%20statement_timeout%3D1234`` reached the server
+    as ``+statement_timeout``, and the connection was refused)."""
+    schema = fx.schema_name()
+    url = f"{pg_url}?options=-c%20statement_timeout%3D1234&application_name=my%20app+1&schema={schema}"
+    first = PostgresDriver.from_url(url, auto_migrate=True)
+    try:
+        for driver in (first, jobcore.connect(url), PostgresDriver.from_url(first.url)):
+            with driver._connection() as conn:
+                shown = [conn.execute(f"SHOW {name}").fetchone() for name in ("statement_timeout", "application_name")]
+            assert shown == [("1234ms",), ("my app+1",)]
+            if driver is not first:
+                driver.close()
+    finally:
+        first.close()
+        fx.drop_schema(pool, schema)
