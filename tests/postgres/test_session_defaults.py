@@ -37,6 +37,7 @@ from fixtures import postgres as fx
 from jobcore import Registry, Worker
 from jobcore.errors import BackendFailure, BackendUnavailable, ConfigurationError
 from jobcore.records import JobState
+from tests.worker_run import run_until_done
 
 OTHER_STYLES = {
     "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata", "client_encoding": "LATIN1",
@@ -138,17 +139,7 @@ def test_the_drivers_own_connections_set_their_styles_and_a_worker_drains(role_w
         registry.job(name="count")(lambda payload: ran.append(payload["n"]) if payload["s"] == TEXT["s"] else None)
         worker = Worker(["default"], driver=driver, registry=registry, concurrency=2, poll_interval=0.05,
                         scheduler=False)
-        thread = threading.Thread(target=worker.run, kwargs={"stop_signals": False})
-        thread.start()
-        try:
-            pause = threading.Event()
-            for _ in range(400):
-                if driver.introspect.stats().count("done") == 12:
-                    break
-                pause.wait(0.05)
-        finally:
-            worker.stop()
-            thread.join(30)
+        run_until_done(worker, driver, 12)
         assert sorted(ran) == list(range(12))
         assert [driver.introspect.get(job.id).state for job in jobs] == [JobState.DONE] * 12  # type: ignore[union-attr]
         _progress_round_trips(driver)
