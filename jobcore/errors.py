@@ -298,7 +298,8 @@ class BackendError(JobcoreError):
 
 
 class BackendUnavailable(BackendError):
-    """The connection was lost, the server cannot be reached, or it takes no writes (a standby)."""
+    """The connection was lost, the server cannot be reached, takes no writes (a standby), has no
+    connection slot free, or lacks a resource (disk, memory)."""
 
     code = "JC_DB_UNAVAILABLE"
     default_fix = "check that the database is up and reachable; the call may be retried"

@@ -44,6 +44,7 @@ from ._pool import (
     CallTimeout,
     ConnectFailed,
     Session,
+    SlotHold,
     check_styles,
     isolation_checked,
     isolation_known,
@@ -186,6 +187,7 @@ class AsyncPool:
         self._size = 0  # open, or being opened by a caller
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
+        self._hold = SlotHold()
 
     async def getconn(self) -> psycopg.AsyncConnection[Any]:
         """An idle connection (the last used), else a new one when fewer than ``max_size``
@@ -200,6 +202,7 @@ class AsyncPool:
             if self._idle:
                 return self._idle.pop()[0]
             if self._size < self.max_size:
+                self._hold.check()
                 self._size += 1
                 break
             if deadline is None:
@@ -222,9 +225,11 @@ class AsyncPool:
                     self._waiters.remove(waiter)
         try:
             conn: psycopg.AsyncConnection[Any] = await AsyncBoundedConnection.connect(self.conninfo, **self.kwargs)
-        except BaseException:
+        except BaseException as exc:
+            self._hold.note(exc)
             self._forget()
             raise
+        self._hold.note(None)
         return conn
 
     def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:

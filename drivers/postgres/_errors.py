@@ -16,6 +16,12 @@ a raw psycopg exception; the original stays on ``__cause__``:
 * connection parameters libpq refuses when connecting -> ``UrlInvalid`` (most are refused
   earlier, by :func:`._pool.check_conninfo`, before any connection is tried);
 * a missing table or schema -> ``SchemaOutdated`` (run ``jobcore migrate``);
+* every connection slot in use (``max_connections``, a role's or database's ``CONNECTION
+  LIMIT``, PgBouncer's ``max_client_conn``) -> ``BackendUnavailable`` saying so, not
+  "refused the credentials": it may be retried once connections close;
+* a server out of disk space or memory, or failing to read or write its files (SQLSTATE
+  classes 53 and 58) -> ``BackendUnavailable`` naming the resource; the connection stays;
+* a statement beyond one of the server's limits (SQLSTATE class 54) -> ``BackendFailure``;
 * a deadlock or serialization failure (rolled back, nothing written) -> ``BackendFailure``;
 * a missing privilege -> ``BackendFailure`` naming the grants (docs/deploy.md);
 * anything else -> ``BackendFailure``.
@@ -45,20 +51,26 @@ from jobcore.errors import (
     redact,
 )
 
-from ._pool import CallTimeout, ConnectFailed
+from ._pool import NO_SLOT, CallTimeout, ConnectFailed
 
 __all__ = ["READ_ONLY", "origin", "route_pool_logging", "translate", "translated"]
 
 _AUTH = re.compile(
     r"authentication failed|fe_sendauth|no password supplied|no pg_hba\.conf entry|"
     r"role \S+ does not exist|not permitted to log in|SCRAM|password is required|"
-    r"server did not complete authentication|too many connections for role",
+    r"server did not complete authentication",
     re.IGNORECASE,
 )
 """What libpq or the server says when it refuses the credentials (a failed connection
 carries no SQLSTATE; these are the server's and libpq's messages, in English)."""
 _BAD_PARAMETER = re.compile(r"^connection is bad: (invalid|could not match|unrecognized)|could not match \d+ port")
 """libpq refusing a connection parameter's value before any network traffic."""
+_NO_SLOT_FIX = (
+    "connections already open use every slot the server allows (max_connections, or the CONNECTION LIMIT "
+    "of the role or the database; PgBouncer's max_client_conn): the call may be retried once some close; "
+    "budget the fleet's connections (jobcore worker --connections, pool_max in the URL: docs/deploy.md, "
+    "'Connection math'), put a transaction pooler in front, or raise the limit"
+)
 _UNREACHABLE_FIX = (
     "check that PostgreSQL is running at that host and port and accepts TCP connections from this "
     "host (listen_addresses, firewall), and the host and port in the URL; the call may be retried"
@@ -81,12 +93,42 @@ _NOT_NOW = ("the database system is starting up", "the database system is shutti
 failed connection attempt does not carry)."""
 
 
+def _for(role: str) -> str:
+    return role.replace(" as role ", " for role ", 1)
+
+
+_RESOURCES: Final = {
+    "53100": ("the database server is out of disk space",
+              "free space on the server's data volume (or the tablespace's, or the WAL's): nothing of the statement "
+              "was written, and the call may be retried once there is room"),
+    "53200": ("the database server ran out of memory",
+              "check the server's memory and its settings (work_mem, max_connections; 'out of shared memory' names "
+              "max_locks_per_transaction): nothing of the statement was written, and the call may be retried"),
+    "53": ("the database server lacks a resource the statement needs",
+           "see the server's message and its log: nothing of the statement was written, and the call may be retried"),
+    "58": ("the database server could not read or write its files",
+           "check the server's disks and its log (an I/O error is the storage's, not jobcore's): nothing of the "
+           "statement was written, and the call may be retried"),
+}
+"""Refusals for lack of a server resource (SQLSTATE classes 53 and 58; the full SQLSTATE first,
+then its class), each its own answer rather than "the connection failed": the connection
+stays usable, and the statement was rolled back."""
+
+
+def _resource(exc: BaseException) -> tuple[str, str] | None:
+    """What :data:`_RESOURCES` says of ``exc``'s SQLSTATE, if anything."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return _RESOURCES.get(state) or _RESOURCES.get(state[:2])
+
+
 def _connect_failure(exc: ConnectFailed, text: str) -> JobcoreError:
     """The coded error for a connection that could not be opened, naming where it tried."""
     where = f"PostgreSQL at {exc.target}"
     role = f" as role {exc.user!r}" if exc.user else ""
     if _BAD_PARAMETER.search(text):
         return UrlInvalid(f"libpq refused the connection parameters: {text}")
+    if exc.no_slot:
+        return BackendUnavailable(f"{where} has no connection slot free{_for(role)}: {text}", _NO_SLOT_FIX)
     if _AUTH.search(text):
         return BackendAuthFailed(f"{where} refused the credentials{role}: {text}")
     if isinstance(exc.original, pg.ConnectionTimeout):
@@ -190,8 +232,16 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
             f" dependencies, fleet leases, schedules and bulk operations run in one ({text})",
             "set pool_mode = transaction (or session) for this database in pgbouncer.ini",
         )
+    refused_connection = isinstance(exc, psycopg.OperationalError) and text.startswith("connection failed")
+    if isinstance(exc, pg.TooManyConnections) or (refused_connection and NO_SLOT.search(text)):
+        return BackendUnavailable(f"the database has no connection slot free: {text}", _NO_SLOT_FIX)
+    resource = _resource(exc)
+    if resource is not None:
+        return BackendUnavailable(f"{resource[0]}: {text}", resource[1])
+    if (getattr(exc, "sqlstate", None) or "").startswith("54"):  # the same statement would fail again
+        return BackendFailure(f"the statement exceeds a limit of the database server: {text}")
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        if _AUTH.search(text) and text.startswith("connection failed"):  # a caller's own connection
+        if refused_connection and _AUTH.search(text):  # a caller's own connection
             return BackendAuthFailed(f"the database refused the credentials: {text}")
         return BackendUnavailable(f"the database connection failed: {text}")
     if isinstance(exc, pg.InsufficientPrivilege):

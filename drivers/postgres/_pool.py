@@ -30,12 +30,18 @@ first call once the server accepts connections gets one at once: no background
 reconnect loop, no backoff), idle ones handed out last-used first and closed after
 ``max_idle`` beyond ``min_size``. Whether an idle connection survived (a restart,
 ``pg_terminate_backend``) is judged at checkout by :func:`alive`, without a round trip.
+The one wait it keeps is after the server refused a connection for lack of a slot
+(:data:`NO_SLOT`): each such attempt costs the full server a backend process, so for a
+short while (:data:`SLOT_HOLD_FIRST`, doubling up to :data:`SLOT_HOLD_CAP` while the
+refusals go on) a new connection is answered with that refusal without asking again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import re
 import select
 import threading
 import time
@@ -191,6 +197,20 @@ class CallTimeout(psycopg.OperationalError):
     bound: float = 0.0
 
 
+NO_SLOT: Final = re.compile(
+    r"too many connections for (?:role|database)|sorry, too many clients already|"
+    r"remaining connection slots are reserved|no more connections allowed",
+    re.IGNORECASE,
+)
+"""The server (SQLSTATE 53300, which a failed connection attempt does not carry) or PgBouncer
+(``max_client_conn``) refusing a connection because every slot it allows is in use: its
+``max_connections`` (less the reserved ones), or the role's or the database's ``CONNECTION LIMIT``."""
+SLOT_HOLD_FIRST: Final = 0.1
+SLOT_HOLD_CAP: Final = 0.5
+"""Seconds a pool answers a slot refusal (:data:`NO_SLOT`) without connecting again: the first
+hold, doubled at each refusal after it, up to the cap (so a slot that frees is used within it)."""
+
+
 class ConnectFailed(psycopg.OperationalError):
     """Opening a connection failed; carries where it tried (:attr:`target`), the role it
     tried as, the ``connect_timeout`` it had, and the secrets to mask in any text about it.
@@ -201,6 +221,8 @@ class ConnectFailed(psycopg.OperationalError):
     connect_timeout: float | None = None
     secrets: tuple[str, ...] = ()
     original: psycopg.Error | None = None
+    no_slot: bool = False
+    """The server (or a pooler) refused it because every connection slot it allows is in use."""
 
     @classmethod
     def wrap(cls, exc: psycopg.Error, conninfo: str, kwargs: Mapping[str, Any]) -> ConnectFailed:
@@ -219,6 +241,7 @@ class ConnectFailed(psycopg.OperationalError):
             error.connect_timeout = None
         error.secrets = tuple({*secrets, *(str(params[k]) for k in ("password", "sslpassword") if params.get(k))})
         error.original = exc
+        error.no_slot = NO_SLOT.search(str(exc)) is not None
         return error
 
 
@@ -604,6 +627,38 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 _IN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
+class SlotHold:
+    """A pool's memory of its last slot refusal (see the module docstring). While its hold
+    lasts, :meth:`check` raises a copy of it; once the hold is over, one caller connects
+    (the probe) and the others are answered the same way until :meth:`note` has its outcome.
+    Not locked: the pool calls it under its own lock."""
+
+    __slots__ = ("probing", "refusal", "seconds", "until")
+
+    def __init__(self) -> None:
+        self.refusal: ConnectFailed | None = None
+        self.seconds = 0.0
+        self.until = 0.0
+        self.probing = False
+
+    def check(self) -> None:
+        """Raise the last slot refusal again while it holds or a probe is out; else let this caller connect."""
+        if self.refusal is None:
+            return
+        if self.probing or time.monotonic() < self.until:
+            raise copy.copy(self.refusal)
+        self.probing = True
+
+    def note(self, failure: BaseException | None) -> None:
+        """A connection attempt ended: ``failure`` is what it raised (None: it connected)."""
+        self.probing = False
+        if isinstance(failure, ConnectFailed) and failure.no_slot:
+            self.seconds = min(SLOT_HOLD_CAP, self.seconds * 2 or SLOT_HOLD_FIRST)
+            self.refusal, self.until = failure, time.monotonic() + self.seconds
+        elif failure is None or isinstance(failure, ConnectFailed):
+            self.refusal, self.seconds = None, 0.0
+
+
 class Pool:
     """At most ``max_size`` :class:`BoundedConnection`, opened on demand (see the module docstring).
 
@@ -628,6 +683,7 @@ class Pool:
         self._cond = threading.Condition()
         self._waiting = 0  # callers inside getconn's wait: putconn notifies only when there are some
         self._closed = False
+        self._hold = SlotHold()
 
     def getconn(self) -> psycopg.Connection[Any]:
         """An idle connection (the last used), else a new one when fewer than ``max_size``
@@ -643,6 +699,7 @@ class Pool:
                 if self._idle:
                     return self._idle.pop()[0]
                 if self._size < self.max_size:
+                    self._hold.check()
                     self._size += 1
                     break
                 if deadline is None:
@@ -659,9 +716,13 @@ class Pool:
                     self._waiting -= 1
         try:
             conn: psycopg.Connection[Any] = BoundedConnection.connect(self.conninfo, **self.kwargs)
-        except BaseException:
+        except BaseException as exc:
+            with self._cond:
+                self._hold.note(exc)
             self._forget()
             raise
+        with self._cond:
+            self._hold.note(None)
         return conn
 
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
