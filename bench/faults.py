@@ -11,7 +11,9 @@ throwaway PostgreSQL from the local binaries, a ``secantusd-py``), prints each r
 it ends, then a markdown table: fault, what was counted, one column per backend. The
 scenarios are the tests' own; only the sizes differ (a 30 s stall, a 20 s outage over
 20,000 jobs, a failover with the standby promoted 10 s after the primary is lost, ...).
-The MongoDB-wire server is slow, so it gets fewer jobs, and it has no replica set, so no failover.
+The MongoDB-wire server is slow, so it gets fewer jobs, and it has no replica set, so no failover;
+connection slots taken is PostgreSQL's (a role's ``CONNECTION LIMIT``), and so is the full disk
+(a tablespace on a tmpfs the bench fills, as root; a trigger raising SQLSTATE 53100 otherwise).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ sys.path.append(str(ROOT))  # appended: fixtures/ and tests/ come from here, job
 from tests.faults import harness as h  # noqa: E402
 from tests.faults import scenarios as sc  # noqa: E402
 
-FAULTS = ("stall", "skew", "pause", "restart", "failover", "kill")
+FAULTS = ("stall", "skew", "pause", "restart", "failover", "slots", "disk", "kill")
 BACKENDS = ("postgres", "mongo")
 
 PLANS: dict[str, dict[str, Any]] = {
@@ -50,6 +52,8 @@ PLANS: dict[str, dict[str, Any]] = {
         ),
     },
     "failover": {"postgres": sc.FailoverPlan(jobs=20_000, job_ms=10, gap=10.0, lease=30.0, margin=5.0)},
+    "slots": {"postgres": sc.SlotsPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
+    "disk": {"postgres": sc.DiskPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
     "kill": {
         "postgres": sc.KillPlan(warm=500, quick=2000),
         "mongo": sc.KillPlan(warm=30, quick=60, lease=4.0, margin=1.0, latency=0.0),
@@ -57,7 +61,8 @@ PLANS: dict[str, dict[str, Any]] = {
 }
 RUNNERS: dict[str, Callable[..., sc.Report]] = {
     "stall": sc.run_stall, "skew": sc.run_skew, "pause": sc.run_pause, "restart": sc.run_restart,
-    "failover": sc.run_failover, "kill": sc.run_kill,
+    "failover": sc.run_failover, "slots": sc.run_slots_taken, "disk": sc.run_disk_full,
+    "kill": sc.run_kill,
 }
 
 
@@ -117,6 +122,22 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
          _measure("slowest worker to claim again after their sessions were killed, s")),
         *COMMON,
     ],
+    "slots": [
+        ("jobs", _figure("jobs")),
+        ("every slot of the workers' role taken (s)", _measure("store gone s (until it takes writes)")),
+        ("connections a worker tried a second meanwhile, refused",
+         _measure("connections refused for want of a slot, per worker per second")),
+        ("slowest worker to claim again once slots were free (s)", _measure("slowest worker to claim again s")),
+        *COMMON,
+    ],
+    "disk": [
+        ("jobs", _figure("jobs")),
+        ("the jobs' disk full (s)", _measure("store gone s (until it takes writes)")),
+        ("filled by", _measure("disk filled by")),
+        ("an enqueue meanwhile", _measure("enqueue while the disk was full")),
+        ("slowest worker to claim again once there was room (s)", _measure("slowest worker to claim again s")),
+        *COMMON,
+    ],
     "kill": [
         ("jobs the killed worker held", _measure("jobs K1 held when killed (running + claimed ahead)")),
         *COMMON,
@@ -126,13 +147,18 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
 }
 TITLES = {
     "stall": "network stall", "skew": "clock skew (+/-1 h)", "pause": "paused worker (SIGSTOP 3 leases)",
-    "restart": "database restart", "failover": "primary failover (PostgreSQL)", "kill": "killed worker (SIGKILL)",
+    "restart": "database restart", "failover": "primary failover (PostgreSQL)",
+    "slots": "connection slots taken (PostgreSQL)", "disk": "full disk (PostgreSQL)", "kill": "killed worker (SIGKILL)",
 }
 
 
 def _own_store(fault: str, backend: str) -> h.Store:
     if fault == "failover":
         return h.own_postgres_pair()
+    if fault == "slots":
+        return h.own_postgres_as_app()
+    if fault == "disk":
+        return h.own_postgres_on_small_disk()
     return h.own_postgres() if backend == "postgres" else h.own_mongo()
 
 
@@ -152,7 +178,10 @@ def run_one(fault: str, backend: str, workdir: Path) -> sc.Report | str:
     if fault == "skew" and h.faketime_missing():
         return f"skipped: {h.faketime_missing()}"
     if backend not in PLANS[fault]:
-        return "n/a: no replica set here (the MongoDB-wire server is one process)"
+        return {
+            "failover": "n/a: no replica set here (the MongoDB-wire server is one process)",
+            "slots": "n/a: no per-role connection limit in MongoDB",
+        }.get(fault, "n/a: the MongoDB-wire test server's storage is not a real engine's")
     store = _own_store(fault, backend)
     try:
         return RUNNERS[fault](store, PLANS[fault][backend], workdir)

@@ -95,3 +95,21 @@ def own_pair(driver_name: str) -> Iterator[h.Store]:
 def faketime() -> None:
     """libfaketime (Debian's faketime) installed: skipped without it, except under CI=true where that fails."""
     h.require_faketime()
+
+
+@pytest.fixture
+def own_postgres_as_app(driver_name: str) -> Iterator[h.Store]:
+    """A PostgreSQL server of this test's own, the driver and the workers on a role that is no
+    superuser (:func:`~tests.faults.harness.own_postgres_as_app`): a role's connection limit binds it."""
+    if driver_name != "postgres":
+        pytest.skip(f"a role's connection limit is PostgreSQL's own, not {driver_name}'s")
+    yield from _made("PostgreSQL server of the test's own", h.own_postgres_as_app)
+
+
+@pytest.fixture
+def own_postgres_on_small_disk(driver_name: str) -> Iterator[h.Store]:
+    """A PostgreSQL server of this test's own whose jobs live on a disk the test can fill
+    (:class:`~tests.faults.harness.SmallDisk`)."""
+    if driver_name != "postgres":
+        pytest.skip(f"the full-disk scenario fills a PostgreSQL tablespace, not {driver_name}'s store")
+    yield from _made("PostgreSQL server of the test's own on a small disk", h.own_postgres_on_small_disk)

@@ -182,6 +182,8 @@ class Store:
     driver: Any
     url: str
     server: Any = None
+    disk: Any = None
+    """The :class:`SmallDisk` the jobs live on (:func:`own_postgres_on_small_disk`), else None."""
     cleanups: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     @property
@@ -258,6 +260,149 @@ def own_postgres(**defaults: str) -> Store:
     extra = tuple(part for name, value in defaults.items() for part in ("-c", f"{name}={value}"))
     server = LocalServer(_bindir(), extra=extra).start()
     return _postgres_store(server, server.url)
+
+
+APP_ROLE: Final = "jc_app"
+"""The login role :func:`own_postgres_as_app` gives the driver and the workers."""
+
+
+def own_postgres_as_app() -> Store:
+    """:func:`own_postgres`, with the driver and the workers connecting as :data:`APP_ROLE`, a
+    login role that is no superuser (a superuser passes a role's ``CONNECTION LIMIT``); it owns
+    the schema. ``server.url`` stays the superuser's."""
+    import psycopg  # noqa: PLC0415 - PostgreSQL only
+
+    from fixtures.postgres import LocalServer  # noqa: PLC0415 - fixtures/ is a test-tree package
+
+    server = LocalServer(_bindir()).start()
+    try:
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN")
+            conn.execute(f"GRANT CREATE ON DATABASE postgres TO {APP_ROLE}")
+    except Exception:
+        server.stop()
+        raise
+    parts = urlsplit(server.url)
+    return _postgres_store(server, urlunsplit(parts._replace(netloc=f"{APP_ROLE}@{parts.netloc.rpartition('@')[2]}")))
+
+
+class SmallDisk:
+    """A disk the jobs' tables can fill: ``fill()`` leaves it no room, ``free()`` gives it back.
+
+    As root (a CI machine), a tmpfs of ``size_mb`` is mounted for the scenario and holds the
+    tablespace of the database the store uses: PostgreSQL then meets a real full disk
+    (``could not extend file ...: No space left on device``, SQLSTATE 53100) on every write
+    that needs a new page, while its WAL, elsewhere, goes on. Where mounting is refused, a
+    trigger on the store's jobs table raises that error on every insert and update instead
+    (:attr:`kind` says which).
+    """
+
+    def __init__(self, server: Any, size_mb: int = 64) -> None:
+        self.server = server
+        self.size_mb = size_mb
+        self.mount = tempfile.mkdtemp(prefix="jobcore-disk-")
+        self.filler = os.path.join(self.mount, "filler")
+        self.kind = "trigger"
+        self.schema = ""
+
+    def prepare(self) -> str:
+        """Mount and set up the tablespace where that is allowed; answers the URL to use."""
+        import psycopg  # noqa: PLC0415 - PostgreSQL only
+
+        mounted = self.server.user is not None and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs", self.mount],
+            capture_output=True, check=False,
+        ).returncode == 0
+        if not mounted:
+            return str(self.server.url)
+        self.kind = "tmpfs"
+        space = os.path.join(self.mount, "space")
+        os.mkdir(space)
+        shutil.chown(self.mount, user=self.server.user)
+        shutil.chown(space, user=self.server.user)
+        with psycopg.connect(self.server.url, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLESPACE jc_small LOCATION '{space}'")
+            conn.execute("CREATE DATABASE jc_small TABLESPACE jc_small")
+        return str(self.server.url).rpartition("/")[0] + "/jc_small"
+
+    def arm(self, store: Store) -> None:
+        """Without a tmpfs: the trigger that plays the full disk on ``store``'s jobs table."""
+        if self.kind != "trigger":
+            return
+        import psycopg  # noqa: PLC0415 - PostgreSQL only
+
+        self.schema = store.driver.schema
+        with psycopg.connect(self.server.url, autocommit=True) as conn:
+            conn.execute(f'CREATE TABLE "{self.schema}".jc_disk_full (armed boolean)')
+            conn.execute(
+                f'CREATE FUNCTION "{self.schema}".jc_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+                f'IF EXISTS (SELECT 1 FROM "{self.schema}".jc_disk_full) THEN RAISE EXCEPTION '
+                "'could not extend file \"base/5/16385\": No space left on device' USING ERRCODE = 'disk_full', "
+                "HINT = 'Check free disk space.'; END IF; RETURN NEW; END $$"
+            )
+            conn.execute(
+                f'CREATE TRIGGER jc_disk_full BEFORE INSERT OR UPDATE ON "{self.schema}".jobs '
+                f'FOR EACH ROW EXECUTE FUNCTION "{self.schema}".jc_disk_full()'
+            )
+
+    def _trigger(self, full: bool) -> None:
+        import psycopg  # noqa: PLC0415 - PostgreSQL only
+
+        with psycopg.connect(self.server.url, autocommit=True) as conn:
+            conn.execute(f'DELETE FROM "{self.schema}".jc_disk_full')
+            if full:
+                conn.execute(f'INSERT INTO "{self.schema}".jc_disk_full VALUES (true)')
+
+    def fill(self) -> None:
+        """Leave no room: write a file until the tmpfs refuses (or arm the trigger)."""
+        if self.kind == "trigger":
+            self._trigger(True)
+            return
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        chunk = b"\0" * (1 << 20)
+        try:
+            while True:
+                os.write(fd, chunk)
+        except OSError:  # ENOSPC: the disk is full (the last partial write filled it)
+            pass
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        """Give the room back."""
+        if self.kind == "trigger":
+            self._trigger(False)
+        else:
+            os.unlink(self.filler)
+
+    def release(self) -> None:
+        """Unmount (after the server stopped) and remove the mount point."""
+        if self.kind == "tmpfs":
+            subprocess.run(["umount", "-l", self.mount], capture_output=True, check=False)
+        shutil.rmtree(self.mount, ignore_errors=True)
+
+
+def own_postgres_on_small_disk() -> Store:
+    """:func:`own_postgres`, the store's jobs on a :class:`SmallDisk` (``store.disk``)."""
+    from fixtures.postgres import LocalServer  # noqa: PLC0415 - fixtures/ is a test-tree package
+
+    server = LocalServer(_bindir()).start()
+    disk = SmallDisk(server)
+    try:
+        url = disk.prepare()
+    except Exception:
+        server.stop()
+        disk.release()
+        raise
+    try:
+        store = _postgres_store(server, url)  # stops the server if it fails
+        disk.arm(store)
+    except Exception:
+        disk.release()
+        raise
+    store.disk = disk
+    store.cleanups.insert(0, disk.release)  # cleanups run last first: after the server stopped
+    return store
 
 
 def own_postgres_pair() -> Store:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jobcore.parity._proxy import Proxy
 
@@ -27,8 +28,9 @@ from tests.faults import harness as h
 from tests.faults.record import Execution, Figures, analyze, read_record
 
 __all__ = [
-    "FailoverPlan", "KillPlan", "OutagePlan", "PausePlan", "Report", "RestartPlan", "SkewPlan", "StallPlan", "fmt",
-    "run_failover", "run_kill", "run_pause", "run_restart", "run_skew", "run_stall",
+    "DiskPlan", "FailoverPlan", "KillPlan", "OutagePlan", "PausePlan", "Report", "RestartPlan", "SkewPlan",
+    "SlotsPlan", "StallPlan", "fmt", "run_disk_full", "run_failover", "run_kill", "run_pause", "run_restart",
+    "run_skew", "run_slots_taken", "run_stall",
 ]
 
 NO_SECONDS = float("nan")
@@ -491,6 +493,92 @@ def run_restart(store: h.Store, plan: RestartPlan, workdir: Path) -> Report:
         return t_up, {"sessions killed per round": killed}
 
     return _drain_through(store, plan, workdir, "database restart", inject)
+
+
+@dataclasses.dataclass
+class SlotsPlan(OutagePlan):
+    """Other connections hold every slot the workers' role may have for ``outage`` seconds."""
+
+    outage: float = 5.0
+    others: int = 3
+    """Connections the others hold: the role's ``CONNECTION LIMIT`` while they do."""
+
+
+SLOT_REFUSAL = "too many connections for role"
+"""What the server logs (and answers) for each connection a role at its limit tries."""
+
+
+def run_slots_taken(store: h.Store, plan: SlotsPlan, workdir: Path) -> Report:
+    """Workers drain as a role that is no superuser; mid-drain other connections of that role
+    hold every slot its ``CONNECTION LIMIT`` allows and the workers' sessions are killed, so
+    each connection a worker tries is refused ("too many connections for role"), as when
+    another fleet or an application holds them. After ``outage`` seconds the others close and
+    the limit is lifted. Measures the refusals the server logged meanwhile, per worker per second."""
+    import psycopg  # noqa: PLC0415 - PostgreSQL only
+    from psycopg import sql  # noqa: PLC0415
+
+    server = store.server
+    role = urlsplit(store.url).username
+    if server is None or not role or store.kind != "postgres":
+        raise ValueError("the slots scenario needs a PostgreSQL server of its own and a role (own_postgres_as_app)")
+    log = Path(server.root) / "server.log"
+    limit = sql.SQL("ALTER ROLE {} CONNECTION LIMIT {}")
+
+    def refusals() -> int:
+        return log.read_bytes().count(SLOT_REFUSAL.encode())
+
+    def inject() -> tuple[float, dict[str, Any]]:
+        with psycopg.connect(server.url, autocommit=True) as admin:
+            others = [psycopg.connect(store.url.partition("?")[0]) for _ in range(plan.others)]
+            try:
+                admin.execute(limit.format(sql.Identifier(role), plan.others))
+                before, t_taken = refusals(), time.monotonic()
+                killed = _terminate_workers(server.url)
+                time.sleep(max(0.0, t_taken + plan.outage - time.monotonic()))
+                refused, held = refusals() - before, time.monotonic() - t_taken
+            finally:
+                for conn in others:
+                    conn.close()
+                admin.execute(limit.format(sql.Identifier(role), -1))
+        return time.monotonic(), {
+            "worker sessions killed": killed,
+            "connections refused for want of a slot, per worker per second": refused / held / plan.workers,
+        }
+
+    return _drain_through(store, plan, workdir, "connection slots taken", inject)
+
+
+@dataclasses.dataclass
+class DiskPlan(OutagePlan):
+    """The disk the jobs live on is full for ``outage`` seconds mid-drain."""
+
+    outage: float = 5.0
+    refused_batch: int = 200
+    """Jobs of the enqueue tried while the disk is full (a batch, so it needs new pages)."""
+
+
+def run_disk_full(store: h.Store, plan: DiskPlan, workdir: Path) -> Report:
+    """Workers drain while the disk holding the jobs' tables is full (``store.disk``, a
+    :class:`~tests.faults.harness.SmallDisk`), then has room again. Meanwhile an enqueue of
+    ``refused_batch`` jobs is tried from this process: its answer is in ``measures``
+    (``enqueue while the disk was full``); nothing of it may be stored."""
+    disk = store.disk
+    if disk is None:
+        raise ValueError("the disk scenario needs the jobs on a disk of its own (own_postgres_on_small_disk)")
+
+    def inject() -> tuple[float, dict[str, Any]]:
+        t_full = time.monotonic()
+        disk.fill()
+        try:
+            store.driver.enqueue_many([h.work(plan.job_ms)] * plan.refused_batch)
+            refused = "stored"
+        except JobcoreError as exc:
+            refused = f"{exc.code}: {exc.cause}"
+        time.sleep(max(0.0, t_full + plan.outage - time.monotonic()))
+        disk.free()
+        return time.monotonic(), {"disk filled by": disk.kind, "enqueue while the disk was full": refused}
+
+    return _drain_through(store, plan, workdir, "full disk", inject)
 
 
 def run_failover(store: h.Store, plan: FailoverPlan, workdir: Path) -> Report:

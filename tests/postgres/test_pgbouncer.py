@@ -7,8 +7,10 @@ no server-side prepared statement, LISTEN only over a direct connection, and the
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import timezone
 from typing import Any
@@ -17,11 +19,12 @@ from urllib.parse import parse_qsl, urlsplit
 import psycopg
 import pytest
 from jobcore.drivers.postgres import PostgresDriver, make_pool
+from jobcore.drivers.postgres._pool import SLOT_HOLD_CAP
 
 from fixtures import pgbouncer as pb
 from fixtures import postgres as fx
 from jobcore import Registry, Worker
-from jobcore.errors import ConfigurationError, NotSupported, OptionInvalid, UrlInvalid
+from jobcore.errors import BackendUnavailable, ConfigurationError, NotSupported, OptionInvalid, UrlInvalid
 
 
 @pytest.fixture
@@ -223,30 +226,64 @@ def test_make_pool_refuses_bad_sizes_and_modes(pg_url: str) -> None:
             make_pool(pg_url, **options)
 
 
+STATEMENT_MODE_FIX = "set pool_mode = transaction (or session) for this database in pgbouncer.ini"
+
+
 def test_statement_pooling_refuses_transactions_and_the_driver_says_so(pg_url: str, pool: Any) -> None:
     """PgBouncer in statement mode: single statements work; what runs in a transaction (a dependent
     enqueue, a fleet lease) is refused as JC_CONFIGURATION naming pool_mode, never as a lost
     connection to retry, and writes nothing."""
+    with _own_bouncer(pg_url, pool, pool_mode="statement") as (bouncer, schema):
+        driver = PostgresDriver(bouncer.url, schema=schema)
+        try:
+            parent = driver.enqueue("parent")
+            assert [c.job.id for c in driver.claim(["default"], worker_id="w", lease=30).claimed] == [parent.id]
+            for call in (lambda: driver.enqueue("child", depends_on=[parent.id]),
+                         lambda: driver.leases.acquire("api", 1, "h1", 30)):
+                with pytest.raises(ConfigurationError) as refused:
+                    call()
+                assert refused.value.code == "JC_CONFIGURATION"
+                assert "PgBouncer pools this database in statement mode" in refused.value.cause
+                assert refused.value.fix == STATEMENT_MODE_FIX
+            assert PostgresDriver(pool, schema=schema).introspect.stats().count("ready") == 0  # no child
+            assert PostgresDriver(pool, schema=schema).leases.holders("api") == []
+        finally:
+            driver.close()
+
+
+def test_a_pooler_at_max_client_conn_is_unavailable_for_want_of_a_slot(pg_url: str, pool: Any) -> None:
+    """PgBouncer refusing a client beyond its ``max_client_conn`` is answered as no slot free
+    (retry once some close), not as "cannot be reached ... check that PostgreSQL is running"."""
+    with _own_bouncer(pg_url, pool, max_client_conn="2") as (bouncer, schema):
+        others = [psycopg.connect(bouncer.url) for _ in range(2)]
+        driver = PostgresDriver(bouncer.url, schema=schema)
+        try:
+            with pytest.raises(BackendUnavailable) as refused:
+                driver.enqueue("one_too_many")
+            assert "no connection slot free" in refused.value.cause
+            assert "no more connections allowed (max_client_conn)" in refused.value.cause
+            assert "max_client_conn" in refused.value.fix
+            others.pop().close()
+            time.sleep(SLOT_HOLD_CAP)  # the pool's hold on asking again after a slot refusal
+            assert driver.enqueue("a_slot_free").name == "a_slot_free"
+        finally:
+            driver.close()
+            for conn in others:
+                conn.close()
+
+
+@contextlib.contextmanager
+def _own_bouncer(pg_url: str, pool: Any, **settings: str) -> Iterator[tuple[pb.Bouncer, str]]:
+    """A PgBouncer of the test's own in front of the session's server (``settings`` in its
+    ``[pgbouncer]`` section) and a schema migrated for it; both gone afterwards."""
     binary = pb.find_pgbouncer()
     if binary is None:
         pb._unavailable("the pgbouncer binary is not installed")
     schema = fx.schema_name()
     PostgresDriver(pool, schema=schema).migrate()
-    bouncer = pb.Bouncer(binary, pg_url, settings={"pool_mode": "statement"}).start()  # type: ignore[arg-type]
-    driver = PostgresDriver(bouncer.url, schema=schema)
+    bouncer = pb.Bouncer(binary, pg_url, settings=settings).start()  # type: ignore[arg-type]
     try:
-        parent = driver.enqueue("parent")
-        assert [c.job.id for c in driver.claim(["default"], worker_id="w", lease=30).claimed] == [parent.id]
-        for call in (lambda: driver.enqueue("child", depends_on=[parent.id]),
-                     lambda: driver.leases.acquire("api", 1, "h1", 30)):
-            with pytest.raises(ConfigurationError) as refused:
-                call()
-            assert refused.value.code == "JC_CONFIGURATION"
-            assert "PgBouncer pools this database in statement mode" in refused.value.cause
-            assert refused.value.fix == "set pool_mode = transaction (or session) for this database in pgbouncer.ini"
-        assert PostgresDriver(pool, schema=schema).introspect.stats().count("ready") == 0  # no child
-        assert PostgresDriver(pool, schema=schema).leases.holders("api") == []
+        yield bouncer, schema
     finally:
-        driver.close()
         bouncer.stop()
         fx.drop_schema(pool, schema)
