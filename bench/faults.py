@@ -35,7 +35,7 @@ sys.path.append(str(ROOT))  # appended: fixtures/ and tests/ come from here, job
 from tests.faults import harness as h  # noqa: E402
 from tests.faults import scenarios as sc  # noqa: E402
 
-FAULTS = ("stall", "skew", "pause", "restart", "failover", "slots", "disk", "kill")
+FAULTS = ("stall", "skew", "pause", "restart", "failover", "standby", "slots", "disk", "kill")
 BACKENDS = ("postgres", "mongo")
 
 PLANS: dict[str, dict[str, Any]] = {
@@ -52,6 +52,7 @@ PLANS: dict[str, dict[str, Any]] = {
         ),
     },
     "failover": {"postgres": sc.FailoverPlan(jobs=20_000, job_ms=10, gap=10.0, lease=30.0, margin=5.0)},
+    "standby": {"postgres": sc.StandbyLostPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
     "slots": {"postgres": sc.SlotsPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
     "disk": {"postgres": sc.DiskPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
     "kill": {
@@ -61,7 +62,8 @@ PLANS: dict[str, dict[str, Any]] = {
 }
 RUNNERS: dict[str, Callable[..., sc.Report]] = {
     "stall": sc.run_stall, "skew": sc.run_skew, "pause": sc.run_pause, "restart": sc.run_restart,
-    "failover": sc.run_failover, "slots": sc.run_slots_taken, "disk": sc.run_disk_full,
+    "failover": sc.run_failover, "standby": sc.run_standby_lost, "slots": sc.run_slots_taken,
+    "disk": sc.run_disk_full,
     "kill": sc.run_kill,
 }
 
@@ -122,6 +124,14 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
          _measure("slowest worker to claim again after their sessions were killed, s")),
         *COMMON,
     ],
+    "standby": [
+        ("jobs", _figure("jobs")),
+        ("synchronous standby gone (s)", _measure("store gone s (until it takes writes)")),
+        ("commits held for it when it came back", _measure("commits held for the standby when it came back")),
+        ("an enqueue meanwhile", _measure("enqueue while the standby was gone")),
+        ("slowest worker to claim again once it was back (s)", _measure("slowest worker to claim again s")),
+        *COMMON,
+    ],
     "slots": [
         ("jobs", _figure("jobs")),
         ("every slot of the workers' role taken (s)", _measure("store gone s (until it takes writes)")),
@@ -148,12 +158,13 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
 TITLES = {
     "stall": "network stall", "skew": "clock skew (+/-1 h)", "pause": "paused worker (SIGSTOP 3 leases)",
     "restart": "database restart", "failover": "primary failover (PostgreSQL)",
-    "slots": "connection slots taken (PostgreSQL)", "disk": "full disk (PostgreSQL)", "kill": "killed worker (SIGKILL)",
+    "standby": "synchronous standby lost (PostgreSQL)", "slots": "connection slots taken (PostgreSQL)",
+    "disk": "full disk (PostgreSQL)", "kill": "killed worker (SIGKILL)",
 }
 
 
 def _own_store(fault: str, backend: str) -> h.Store:
-    if fault == "failover":
+    if fault in ("failover", "standby"):
         return h.own_postgres_pair()
     if fault == "slots":
         return h.own_postgres_as_app()
@@ -180,6 +191,7 @@ def run_one(fault: str, backend: str, workdir: Path) -> sc.Report | str:
     if backend not in PLANS[fault]:
         return {
             "failover": "n/a: no replica set here (the MongoDB-wire server is one process)",
+            "standby": "n/a: no replica set here (the MongoDB-wire server is one process)",
             "slots": "n/a: no per-role connection limit in MongoDB",
         }.get(fault, "n/a: the MongoDB-wire test server's storage is not a real engine's")
     store = _own_store(fault, backend)

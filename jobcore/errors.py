@@ -49,6 +49,7 @@ import re
 from typing import ClassVar
 
 __all__ = [
+    "MAY_HAVE_LANDED",
     "BackendAuthFailed",
     "BackendError",
     "BackendFailure",
@@ -314,6 +315,14 @@ class BackendAuthFailed(BackendError):
         "and may log in, and that the server's access rules (pg_hba.conf, MongoDB users) admit it; "
         "retrying will not help"
     )
+
+
+MAY_HAVE_LANDED = (
+    "the call may have been carried out all the same (its answer is what was lost): a retried enqueue "
+    "without a key can store its job twice, so give it a key to retry safely; a retried settle is fenced "
+    "on its token and cannot land twice"
+)
+"""What a driver's timeout fix adds when the call's outcome is unknown (the statement was sent)."""
 
 
 class BackendTimeout(BackendError):

@@ -28,7 +28,15 @@ import attrs
 import pymongo
 from pymongo import errors as pe
 
-from jobcore.errors import BackendAuthFailed, BackendError, BackendFailure, BackendTimeout, BackendUnavailable, redact
+from jobcore.errors import (
+    MAY_HAVE_LANDED,
+    BackendAuthFailed,
+    BackendError,
+    BackendFailure,
+    BackendTimeout,
+    BackendUnavailable,
+    redact,
+)
 
 __all__ = ["DATABASE_FIX", "Bounds", "database_problem", "translate", "translated", "translated_async"]
 
@@ -139,8 +147,8 @@ def translate(exc: pe.PyMongoError, what: str, bounds: Bounds = _UNBOUNDED) -> B
         bound = "no call bound" if bounds.call is None else f"the {bounds.call:g}s call bound"
         return BackendTimeout(
             f"MongoDB did not finish {what} within {bound} ({bounds.describe()}; {detail})",
-            "the connection was dropped and the call may be retried; if the server is merely slow, raise "
-            "call_timeout= (timeoutMS in the URI), else check the network and the server's load",
+            "the connection was dropped; if the server is merely slow, raise call_timeout= (timeoutMS in the "
+            f"URI), else check the network and the server's load; {MAY_HAVE_LANDED}",
         )
     if isinstance(exc, pe.ConnectionFailure):
         return BackendUnavailable(f"the MongoDB connection failed during {what} ({detail})", _unavailable_fix(bounds))

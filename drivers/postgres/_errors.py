@@ -40,6 +40,7 @@ import psycopg_pool
 from psycopg import errors as pg
 
 from jobcore.errors import (
+    MAY_HAVE_LANDED,
     BackendAuthFailed,
     BackendFailure,
     BackendTimeout,
@@ -195,8 +196,9 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
         return BackendTimeout(
             f"no answer from the database within call_timeout={exc.bound:g}s (a stalled connection or an "
             "overloaded server); the connection was discarded",
-            "check the network path to PostgreSQL and its load, or raise call_timeout "
-            "(PostgresDriver(call_timeout=...) or ?call_timeout=<ms> in the URL); the call may be retried",
+            "check the network path to PostgreSQL and its load (a synchronous standby that is gone holds "
+            "every commit), or raise call_timeout (PostgresDriver(call_timeout=...) or ?call_timeout=<ms> in "
+            f"the URL); {MAY_HAVE_LANDED}",
         )
     if isinstance(exc, pg.ConnectionTimeout):
         return BackendUnavailable(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -29,8 +30,8 @@ from tests.faults.record import Execution, Figures, analyze, read_record
 
 __all__ = [
     "DiskPlan", "FailoverPlan", "KillPlan", "OutagePlan", "PausePlan", "Report", "RestartPlan", "SkewPlan",
-    "SlotsPlan", "StallPlan", "fmt", "run_disk_full", "run_failover", "run_kill", "run_pause", "run_restart",
-    "run_skew", "run_slots_taken", "run_stall",
+    "SlotsPlan", "StallPlan", "StandbyLostPlan", "fmt", "run_disk_full", "run_failover", "run_kill", "run_pause",
+    "run_restart", "run_skew", "run_slots_taken", "run_stall", "run_standby_lost",
 ]
 
 NO_SECONDS = float("nan")
@@ -493,6 +494,56 @@ def run_restart(store: h.Store, plan: RestartPlan, workdir: Path) -> Report:
         return t_up, {"sessions killed per round": killed}
 
     return _drain_through(store, plan, workdir, "database restart", inject)
+
+
+@dataclasses.dataclass
+class StandbyLostPlan(OutagePlan):
+    """The synchronous standby is gone for ``outage`` seconds mid-drain: every commit on the
+    primary waits for it. Longer than ``call_timeout`` (10 s), so calls meet their bound;
+    shorter than the lease less the margin, so no settle may be lost to it (F05)."""
+
+    outage: float = 11.0
+    lease: float = 20.0
+
+
+def run_standby_lost(store: h.Store, plan: StandbyLostPlan, workdir: Path) -> Report:
+    """Workers drain over a primary and its synchronous standby; the standby stops for
+    ``outage`` seconds, then starts again. Meanwhile the primary commits each write and holds
+    it, locks and all, until a standby confirms it, so every write waits; an enqueue tried
+    from this process then is answered when its bound passes or the standby is back: its
+    answer is in ``measures`` (``enqueue while the standby was gone``)."""
+    import psycopg  # noqa: PLC0415 - PostgreSQL only
+
+    pair = store.server
+    if pair is None or not hasattr(pair, "standby"):
+        raise ValueError("the standby scenario needs a primary and a standby of its own (own_postgres_pair)")
+
+    def inject() -> tuple[float, dict[str, Any]]:
+        t_gone = time.monotonic()
+        pair.standby.stop(remove=False)
+        answer: list[str] = []
+
+        def enqueue() -> None:
+            try:
+                store.driver.enqueue_many([h.work(plan.job_ms)])
+                answer.append("stored")
+            except JobcoreError as exc:
+                answer.append(f"{exc.code}: {exc.cause} (fix: {exc.fix})")
+
+        producer = threading.Thread(target=enqueue, daemon=True)
+        producer.start()
+        time.sleep(max(0.0, t_gone + plan.outage - time.monotonic()))
+        with psycopg.connect(pair.primary.url, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()
+        pair.standby.start()
+        t_up = time.monotonic()
+        producer.join(30)
+        return t_up, {
+            "commits held for the standby when it came back": row[0] if row else 0,
+            "enqueue while the standby was gone": answer[0] if answer else "no answer",
+        }
+
+    return _drain_through(store, plan, workdir, "synchronous standby lost", inject)
 
 
 @dataclasses.dataclass

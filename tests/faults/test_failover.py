@@ -20,7 +20,7 @@ from jobcore.errors import BackendUnavailable
 from tests.faults import harness as h
 from tests.faults.harness import Store
 from tests.faults.judge import RECOVERY_BOUND, recovered
-from tests.faults.scenarios import FailoverPlan, run_failover
+from tests.faults.scenarios import FailoverPlan, StandbyLostPlan, run_failover, run_standby_lost
 
 pytestmark = pytest.mark.requires("shared_store")
 
@@ -79,3 +79,19 @@ def test_the_async_driver_also_writes_to_the_primary_when_the_standby_is_listed_
 
     job_id = asyncio.run(scenario())
     assert own_pair.driver.introspect.get(job_id) is not None
+
+
+def test_a_lost_synchronous_standby_holds_every_write_and_runs_no_job_twice(own_pair: Store, tmp_path: Path) -> None:
+    """The synchronous standby stops for 11 s mid-drain: the primary commits each write and holds
+    it, row locks and all, until a standby confirms it. Calls meet their 10 s bound, settles
+    retry behind the held ones, and once the standby is back every held write lands: nothing
+    runs twice or is lost, and every worker claims again within 2 s. The enqueue that timed out
+    meanwhile was stored all the same, and its answer says it may have been."""
+    plan = StandbyLostPlan(jobs=2000)
+    measures = recovered(run_standby_lost(own_pair, plan, tmp_path), "standby loss")
+    assert measures["commits held for the standby when it came back"] > 0
+    answer = measures["enqueue while the standby was gone"]
+    assert answer.startswith("JC_DB_TIMEOUT: no answer from the database within call_timeout=10s"), answer
+    assert "a retried enqueue without a key can store its job twice" in answer
+    assert "a synchronous standby that is gone holds every commit" in answer
+    assert len(h.all_jobs(own_pair)) == plan.jobs + 1, "the timed-out enqueue was not stored after all"
