@@ -94,10 +94,6 @@ _NOT_NOW = ("the database system is starting up", "the database system is shutti
 failed connection attempt does not carry)."""
 
 
-def _for(role: str) -> str:
-    return role.replace(" as role ", " for role ", 1)
-
-
 _RESOURCES: Final = {
     "53100": ("the database server is out of disk space",
               "free space on the server's data volume (or the tablespace's, or the WAL's): nothing of the statement "
@@ -129,7 +125,8 @@ def _connect_failure(exc: ConnectFailed, text: str) -> JobcoreError:
     if _BAD_PARAMETER.search(text):
         return UrlInvalid(f"libpq refused the connection parameters: {text}")
     if exc.no_slot:
-        return BackendUnavailable(f"{where} has no connection slot free{_for(role)}: {text}", _NO_SLOT_FIX)
+        for_role = f" for role {exc.user!r}" if exc.user else ""
+        return BackendUnavailable(f"{where} has no connection slot free{for_role}: {text}", _NO_SLOT_FIX)
     if _AUTH.search(text):
         return BackendAuthFailed(f"{where} refused the credentials{role}: {text}")
     if isinstance(exc.original, pg.ConnectionTimeout):

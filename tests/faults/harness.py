@@ -396,8 +396,13 @@ def own_postgres_on_small_disk() -> Store:
         raise
     try:
         store = _postgres_store(server, url)  # stops the server if it fails
+    except Exception:
+        disk.release()
+        raise
+    try:
         disk.arm(store)
     except Exception:
+        store.close()  # the driver and the server
         disk.release()
         raise
     store.disk = disk
