@@ -36,6 +36,7 @@ original stays on ``__cause__``.
     │   ├── BackendUnavailable             JC_DB_UNAVAILABLE (connection lost, server down or read-only)
     │   ├── BackendAuthFailed              JC_DB_AUTH (the server refused the credentials)
     │   ├── BackendTimeout                 JC_DB_TIMEOUT (statement or server selection timeout)
+    │   │   └── BackendLocked              JC_DB_LOCKED (another session holds a lock the call needs)
     │   ├── SchemaOutdated                 JC_SCHEMA_OUTDATED
     │   └── BackendFailure                 JC_DB_ERROR (anything else)
     └── HandlerError                       raised inside a running handler by the runtime
@@ -46,13 +47,14 @@ original stays on ``__cause__``.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "MAY_HAVE_LANDED",
     "BackendAuthFailed",
     "BackendError",
     "BackendFailure",
+    "BackendLocked",
     "BackendTimeout",
     "BackendUnavailable",
     "ClaimQueuesEmpty",
@@ -330,6 +332,37 @@ class BackendTimeout(BackendError):
 
     code = "JC_DB_TIMEOUT"
     default_fix = "retry, or raise the statement timeout; check the database for lock waits"
+
+
+class BackendLocked(BackendTimeout):
+    """Another session holds a lock the call needs (an open transaction holding a job's row,
+    or the jobs table), and the call did not wait for it past a short bound.
+
+    The PostgreSQL driver's worker verbs (``heartbeat``, ``progress``, ``start``, ``ack``,
+    ``ack_many``, ``nack``) wait at most ``SETTLE_LOCK_WAIT`` on a row another session
+    holds, so one locked job never holds back a worker's other jobs; a server's
+    ``lock_timeout`` raises it from any call. Nothing of a locked job changed.
+
+    Attributes:
+        answers: For a batch (``ack_many``, ``start``): the answers, in input order, of the
+            items that were not locked (they were carried out); a locked item answers as
+            one that did not land. ``None`` when nothing of the call was carried out.
+        locked: The input positions of the items whose rows were locked; every position
+            when ``answers`` is ``None``.
+    """
+
+    code = "JC_DB_LOCKED"
+    default_fix = (
+        "find the session holding the lock (pg_locks joined to pg_stat_activity: often one idle in "
+        "transaction) and end its transaction; the call may be retried, nothing of the locked jobs changed"
+    )
+
+    def __init__(
+        self, cause: str, fix: str | None = None, *, answers: list[Any] | None = None, locked: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(cause, fix)
+        self.answers = answers
+        self.locked = locked
 
 
 class SchemaOutdated(BackendError):

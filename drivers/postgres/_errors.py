@@ -43,6 +43,7 @@ from jobcore.errors import (
     MAY_HAVE_LANDED,
     BackendAuthFailed,
     BackendFailure,
+    BackendLocked,
     BackendTimeout,
     BackendUnavailable,
     ConfigurationError,
@@ -209,7 +210,9 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
         )
     if isinstance(exc, READ_ONLY):  # a standby, or a primary set read-only
         return BackendUnavailable(f"the database server is read-only (a standby?): {text}", _READ_ONLY_FIX)
-    if isinstance(exc, pg.QueryCanceled | pg.LockNotAvailable):
+    if isinstance(exc, pg.LockNotAvailable):  # lock_timeout: the driver's settle bound, or the server's
+        return BackendLocked(f"another session holds a lock the statement needed: {text}")
+    if isinstance(exc, pg.QueryCanceled):
         return BackendTimeout(f"the database cancelled the statement: {text}")
     if isinstance(exc, psycopg_pool.PoolTimeout):
         return BackendUnavailable(

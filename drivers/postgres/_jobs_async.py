@@ -19,13 +19,21 @@ import attrs
 import psycopg
 
 from jobcore import validate as v
-from jobcore.errors import BackendUnavailable, DependencyInvalid, DependencyNotFound, NotSupported, OptionInvalid
+from jobcore.errors import (
+    BackendLocked,
+    BackendUnavailable,
+    DependencyInvalid,
+    DependencyNotFound,
+    NotSupported,
+    OptionInvalid,
+)
 from jobcore.records import Claimed, ClaimResult, ClaimToken, Job, JobState, Migration
 
 from ._anotify import AsyncFinishHub, AsyncListener  # sync: from ._notify import FinishHub, Listener, Waiting
 from ._notify import Waiting  # sync: drop
 from ._pool import check_conninfo, writable_only
 from ._rows import EPOCH, decode_stored, job_from_row, parse_id
+from ._sql.jobs import SETTLE_LOCK_WAIT
 
 if TYPE_CHECKING:
     from . import AsyncPostgresDriver
@@ -281,7 +289,10 @@ class AsyncPostgresJobs:
         if fence is None:
             return False
         d = self._d
-        rows = await d._fetch(d.q.HEARTBEAT, {**fence, "now": d._now(), "lease_ms": lease // _MS}, retry=True)
+        try:
+            rows = await d._fetch(d.q.HEARTBEAT, {**fence, "now": d._now(), "lease_ms": lease // _MS}, retry=True)
+        except BackendLocked as exc:
+            raise _one_locked(exc, token, "its lease was not renewed") from exc.__cause__
         return bool(rows)
 
     async def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
@@ -291,7 +302,12 @@ class AsyncPostgresJobs:
         d = self._d
         # Retried like heartbeat: writing the same progress twice is harmless.
         shown = None if value is None else repr(value)  # exact as text: see PROGRESS
-        rows = await d._fetch(d.q.PROGRESS, {**fence, "now": d._now(), "value": shown, "message": message}, retry=True)
+        try:
+            rows = await d._fetch(
+                d.q.PROGRESS, {**fence, "now": d._now(), "value": shown, "message": message}, retry=True,
+            )
+        except BackendLocked as exc:
+            raise _one_locked(exc, token, "its progress was not stored") from exc.__cause__
         return bool(rows)
 
     async def start(self, tokens: list[ClaimToken]) -> list[bool]:
@@ -299,11 +315,21 @@ class AsyncPostgresJobs:
         d = self._d
         answers = [False] * len(tokens)
         items, where = _fenced(tokens)
-        if items:
+        if not items:
+            return answers
+        params = {"items": json.dumps(items), "now": d._now()}
+        locked: list[int] = []
+        try:
             # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
-            for (ordinal,) in await d._fetch(d.q.START, {"items": json.dumps(items), "now": d._now()}, retry=True):
-                for index in where[ordinal - 1]:
-                    answers[index] = True
+            rows = await d._fetch(d.q.START, params, retry=True)
+        except BackendLocked:
+            rows, locked = await self._past_locks(d.q.START_FREE, params, len(items))
+        for (ordinal, *_) in rows:
+            for index in where[ordinal - 1]:
+                answers[index] = True
+        if locked:
+            at = tuple(index for ordinal in locked for index in where[ordinal - 1])
+            raise _batch_locked([items[o - 1][0] for o in locked], "not started", answers, at)
         return answers
 
     async def ack_many(self, items: list[tuple[ClaimToken, str | None]], landed_only: bool) -> list[Any]:
@@ -324,13 +350,38 @@ class AsyncPostgresJobs:
         if not rows:
             return answers
         params = {"items": json.dumps(rows), "now": d._now(), "finished": d.finish_channel}
+        locked: list[int] = []
         if landed_only:
-            for ordinal, _ in await d._fetch(d.q.ACK_MANY_LANDED, params):
+            try:
+                landed = await d._fetch(d.q.ACK_MANY_LANDED, params)
+            except BackendLocked:
+                landed, locked = await self._past_locks(d.q.ACK_MANY_LANDED_FREE, params, len(rows))
+            for ordinal, _ in landed:
                 answers[where[ordinal - 1]] = True
-            return answers
-        for row in await d._fetch(d.q.ACK_MANY, params):  # (ord, notified a waiter, job...)
-            answers[where[row[0] - 1]] = job_from_row(row[2:])
+        else:
+            try:
+                acked = await d._fetch(d.q.ACK_MANY, params)
+            except BackendLocked:
+                acked, locked = await self._past_locks(d.q.ACK_MANY_FREE, params, len(rows))
+            for row in acked:  # (ord, notified a waiter, job...)
+                answers[where[row[0] - 1]] = job_from_row(row[2:])
+        if locked:
+            at = tuple(where[ordinal - 1] for ordinal in locked)
+            raise _batch_locked([rows[o - 1][0] for o in locked], "not settled", answers, at)
         return answers
+
+    async def _past_locks(self, free: bytes, params: dict[str, Any], count: int) -> tuple[list[Row], list[int]]:
+        """A batch whose first try waited :data:`~._sql.jobs.SETTLE_LOCK_WAIT` on a row another
+        session holds, and so changed nothing: its items whose rows are free are carried out
+        now (``free``, the statement passing over locked rows). Answers that statement's rows
+        and the item numbers (from 1) still current but not carried out: the locked ones (none
+        when the session holding them changed them meanwhile: their tokens are no longer current)."""
+        d = self._d
+        done = await d._fetch(free, params, retry=True)
+        if len(done) == count:
+            return done, []
+        live = {ordinal for (ordinal,) in await d._fetch(d.q.LIVE, {"items": params["items"]})}
+        return done, sorted(live - {row[0] for row in done})
 
     async def nack(
         self, token: ClaimToken, type_name: str, message: str, retry_at: datetime | None, *,
@@ -340,11 +391,14 @@ class AsyncPostgresJobs:
         if fence is None:
             return None
         d = self._d
-        rows = await d._fetch(d.q.NACK, {
-            **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
-            "dead_letter": dead_letter, "type": type_name, "message": message, "now": d._now(),
-            "retry_at": retry_at, "channel": d.channel, "finished": d.finish_channel,
-        })
+        try:
+            rows = await d._fetch(d.q.NACK, {
+                **fence, "fail": fail, "park": park, "give_back": 0 if counts_as_attempt else 1,
+                "dead_letter": dead_letter, "type": type_name, "message": message, "now": d._now(),
+                "retry_at": retry_at, "channel": d.channel, "finished": d.finish_channel,
+            })
+        except BackendLocked as exc:
+            raise _one_locked(exc, token, "not settled") from exc.__cause__
         return job_from_row(rows[0][1:]) if rows else None  # (notified a waiter, job...)
 
     # -- wake-ups, schema, lifecycle -------------------------------------------------------
@@ -442,6 +496,26 @@ class AsyncPostgresJobs:
 
     def __repr__(self) -> str:
         return f"schema={self._d.schema!r}, clock={self._d.clock!r}"
+
+
+def _one_locked(exc: BackendLocked, token: ClaimToken, outcome: str) -> BackendLocked:
+    """``exc`` for a call on one job whose row another session held past the settle bound."""
+    return BackendLocked(
+        f"another session holds job {token.job_id}'s row locked (an open transaction), and the call waited "
+        f"{SETTLE_LOCK_WAIT}: {outcome}, nothing of the job changed ({exc.cause})",
+        answers=None, locked=(0,),
+    )
+
+
+def _batch_locked(ids: list[int], outcome: str, answers: list[Any], at: tuple[int, ...]) -> BackendLocked:
+    """The error of a batch whose items ``at`` (input positions; job ``ids``) were locked by
+    another session: the others were carried out, as ``answers`` says."""
+    shown = ", ".join(str(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    return BackendLocked(
+        f"another session holds the rows of {len(ids)} of the batch's jobs locked (an open transaction): "
+        f"job {shown} {outcome}, nothing of them changed; the batch's other items were carried out",
+        answers=answers, locked=at,
+    )
 
 
 def _fence(token: ClaimToken) -> dict[str, Any] | None:

@@ -248,24 +248,52 @@ WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {LIVE}
 
 # --- claim and settle -----------------------------------------------------------------
 
+SETTLE_LOCK_WAIT: Final = "100ms"
+"""How long a worker's call on a job's row (heartbeat, progress, start, ack, nack) waits for
+a row lock another session holds: an open transaction that locked the row (an operator's
+``SELECT ... FOR UPDATE`` in psql, a bulk ``UPDATE`` of the table) would otherwise hold the
+call, and a worker's every other settle or heartbeat behind it, for up to the statement
+timeout. Past it the server answers ``LockNotAvailable`` (``JC_DB_LOCKED``); a batch then lands
+its other items (:data:`_FREE_IDS`). Our own fleet holds a row for a statement's length only."""
+
+_BOUNDED_WAIT: Final = f"(SELECT set_config('lock_timeout', '{SETTLE_LOCK_WAIT}', true)) IS NOT NULL"
+"""A condition that sets ``lock_timeout`` to :data:`SETTLE_LOCK_WAIT` for the statement's own
+transaction (``is_local``) and is true. Uncorrelated, it is an InitPlan the executor runs
+once before the first row is read, so before any lock wait; in autocommit the setting ends
+with the statement, and a transaction pooler's next client never sees it."""
+
 _TOKENS: Final = """jsonb_array_elements(%(items)s::jsonb) WITH ORDINALITY AS t(item, ord)"""
-_FENCED: Final = f"""j.id = ANY(ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(items)s::jsonb) AS e))
+_IDS: Final = "ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(%(items)s::jsonb) AS e)"
+_FREE_IDS: Final = f"ARRAY(SELECT f.id FROM {{jobs}} AS f WHERE f.id = ANY({_IDS}) FOR NO KEY UPDATE SKIP LOCKED)"
+"""The items' ids whose rows no other session holds, locked for the statement: the batch's
+second try after one of its rows was locked past :data:`SETTLE_LOCK_WAIT`. Not the first
+try: the extra row lock costs the server about 5% of an ack batch (measured)."""
+
+
+def _fenced(ids: str) -> str:
+    """Each row of ``ids`` fenced on its own token, read by primary key alone. Joined on the
+    tokens, the planner hashed every running row (a held backlog is hundreds per worker: a
+    millisecond per small batch); given the ids it still ANDed the partial index of running
+    rows in, reading all of it. ``IS TRUE`` keeps the state check out of index matching (it
+    is the same test)."""
+    return f"""j.id = ANY({ids})
   AND j.id = (t.item->>0)::bigint AND (j.state = {_RUNNING}) IS TRUE AND j.worker_id = t.item->>1
   AND j.claim_no = (t.item->>2)::bigint"""
-"""Each row fenced on its own token, read by primary key alone. Joined on the tokens, the
-planner hashed every running row (a held backlog is hundreds per worker: a millisecond per
-small batch); given the ids it still ANDed the partial index of running rows in, reading all
-of it. ``IS TRUE`` keeps the state check out of index matching (it is the same test)."""
 
-_ACK: Final = f"""
+
+_FENCED: Final = f"{_BOUNDED_WAIT} AND {_fenced(_IDS)}"
+_FENCED_FREE: Final = _fenced(_FREE_IDS)
+
+_ACK_SET: Final = f"""
 UPDATE {{jobs}} AS j SET
     state = {_DONE}, result = t.item->>3, finished_at = {NOW}, lease_expires_at = NULL, worker_id = NULL,
     attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
 FROM {_TOKENS}
-WHERE {_FENCED}
 """
+_ACK: Final = f"{_ACK_SET}WHERE {_FENCED}\n"
 """An ack batch's update (S01, S07): :data:`ACK_MANY` and :data:`ACK_MANY_LANDED` are it with
 two ``RETURNING`` lists."""
+_ACK_FREE: Final = f"{_ACK_SET}WHERE {_FENCED_FREE}\n"
 
 
 class SettleStatements:
@@ -335,14 +363,16 @@ ORDER BY 1, 2, priority DESC, run_at, id
 
     HEARTBEAT = Sql(f"""
 UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms("lease_ms")}
-WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+WHERE {_BOUNDED_WAIT}
+  AND j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
 RETURNING j.id
 """)
 
     PROGRESS = Sql(f"""
 UPDATE {{jobs}} AS j SET progress = jsonb_build_object(
     'value', %(value)s::numeric, 'message', %(message)s::text, 'at', {NOW_MS})
-WHERE j.id = %(id)s AND j.claim_no = %(claim_no)s AND j.worker_id = %(worker)s AND j.state = {_RUNNING}
+WHERE {_BOUNDED_WAIT}
+  AND j.id = %(id)s AND j.claim_no = %(claim_no)s AND j.worker_id = %(worker)s AND j.state = {_RUNNING}
 RETURNING j.id
 """)
     """Store a current token's progress (G01, G02), fenced as :data:`HEARTBEAT` is; it sets no
@@ -359,7 +389,24 @@ RETURNING t.ord
     """Start held attempts (F04), one statement per batch, each row fenced on its own token
     (items as :data:`ACK_MANY` takes them, without the result). A started row is written
     unchanged, so a repeated start answers its item again. It sets no indexed column (nor
-    ``state``, which the partial indexes' predicates read), so the update can be HOT."""
+    ``state``, which the partial indexes' predicates read), so the update can be HOT. Waits at
+    most :data:`SETTLE_LOCK_WAIT` for a row another session holds (so do heartbeat, progress,
+    the acks and nack)."""
+
+    START_FREE = Sql(f"""
+UPDATE {{jobs}} AS j SET attempt = {_ATTEMPT_NOW}, attempted_at = {_STARTED_AT}, held = false
+FROM {_TOKENS}
+WHERE {_FENCED_FREE}
+RETURNING t.ord
+""")
+    """:data:`START` passing over the rows another session holds (:data:`_FREE_IDS`)."""
+
+    LIVE = Sql(f"""
+SELECT t.ord FROM {_TOKENS} JOIN {{jobs}} AS j ON {_fenced(_IDS)}
+""")
+    """Which items' tokens are still current, read without a lock: after a try that passed
+    over locked rows, the items that did not land but are current are the locked ones (the
+    session holding them has not changed them, or they would not be current)."""
 
     ACK_MANY = Sql(f"{_ACK}RETURNING t.ord, {_TOLD}, {_lean('j')}\n")
     """One round trip for a batch of acks (S01, S07); each row fenced on its own token. The
@@ -372,6 +419,12 @@ RETURNING t.ord
     """:data:`ACK_MANY` answering only the item numbers that landed (``ack_many(...,
     landed_only=True)``): no row goes back to the client to be decoded."""
 
+    ACK_MANY_FREE = Sql(f"{_ACK_FREE}RETURNING t.ord, {_TOLD}, {_lean('j')}\n")
+    """:data:`ACK_MANY` passing over the rows another session holds (:data:`_FREE_IDS`)."""
+
+    ACK_MANY_LANDED_FREE = Sql(f"{_ACK_FREE}RETURNING t.ord, {_TOLD}\n")
+    """:data:`ACK_MANY_LANDED` passing over the rows another session holds (:data:`_FREE_IDS`)."""
+
     NACK = Sql(f"""
 WITH cur AS (
     SELECT j.id, CASE
@@ -381,7 +434,8 @@ WITH cur AS (
             THEN CASE WHEN %(dead_letter)s::boolean THEN {_DEAD} ELSE {_FAILED} END
         ELSE {_SCHEDULED} END AS target
     FROM {{jobs}} AS j
-    WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
+    WHERE {_BOUNDED_WAIT}
+      AND j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
     FOR UPDATE
 ), upd AS (
     UPDATE {{jobs}} AS j SET
