@@ -27,7 +27,7 @@ from jobcore import _tracing, events
 from jobcore import validate as v
 from jobcore.clock import to_millis
 from jobcore.driver import DeferredStart, JobDriver
-from jobcore.errors import JobNotRegistered, SchemaOutdated
+from jobcore.errors import BackendLocked, JobNotRegistered, SchemaOutdated
 from jobcore.records import Claimed, ClaimToken, Job, JobState
 from jobcore.registry import JobContext, JobHandle, job_logger
 from jobcore.worker._attempt import Attempt, AttemptStatus
@@ -84,14 +84,20 @@ class Starter:
                 self._cond.release()
                 error: BaseException | None = None
                 answers: list[bool] | None = None
+                locked: frozenset[int] = frozenset()
                 try:
                     answers = self._start([entry[0] for entry in batch])
+                except BackendLocked as exc:
+                    # Rows another session holds were not started; the batch's others were.
+                    error, answers, locked = exc, exc.answers, frozenset(exc.locked)
                 except BaseException as exc:  # every waiter learns it; a non-Exception is raised on below
                     error = exc
                 finally:
                     for index, entry in enumerate(batch):
-                        entry[1] = bool(answers[index]) if answers is not None else False
-                        entry[2] = error if error is not None or answers is not None else RuntimeError("no answer")
+                        if answers is not None and index not in locked:
+                            entry[1], entry[2] = bool(answers[index]), None
+                        else:
+                            entry[1], entry[2] = False, error if error is not None else RuntimeError("no answer")
                         entry[3] = True
                     self._cond.acquire()
                     self._sending = False

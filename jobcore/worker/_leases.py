@@ -19,7 +19,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from jobcore import events
-from jobcore.errors import JobTimeout, NotSupported
+from jobcore.errors import BackendLocked, JobTimeout, NotSupported
 from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus, end_span
 from jobcore.worker._execution import error_type, handler_error
 from jobcore.worker._settling import RETRY_CAP
@@ -38,6 +38,8 @@ class Leases:
         self.keeper_wake = threading.Event()
         self.beater_wake = threading.Event()
         self.stopped = False
+        self.locked_rows: set[str] = set()
+        """Jobs whose last renewal met their row locked by another session (said once each)."""
 
     def stop(self) -> None:
         """End the keeper and the beater."""
@@ -153,12 +155,26 @@ class Leases:
         sent = w._timer()
         try:
             kept = driver.heartbeat(attempt.claimed.token, w.lease)
+        except BackendLocked as exc:
+            # Another session holds the row: nothing is wrong with the store, and the other
+            # renewals land. Said once per job; the keeper calls it off if none lands in time.
+            if attempt.job.id not in self.locked_rows:
+                self.locked_rows.add(attempt.job.id)
+                attempt.log.warning(
+                    "could not renew the lease of job %s (%s): another session holds its row locked (an open "
+                    "transaction); trying again, and its handler is called off if no renewal lands within lease "
+                    "- margin (%s)", attempt.job.id, attempt.job.name, exc.fix,
+                )
+            attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
+            return
         except Exception:
             # The keeper calls the handler off if no renewal lands in time (F02); try again soon.
             w._log_failure("heartbeat", attempt.log)
             attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
             return
         w._recovered("heartbeat")
+        if self.locked_rows:
+            self.locked_rows.discard(attempt.job.id)
         attempt.next_beat = time.monotonic() + w.heartbeat_interval
         if not kept:
             if attempt.status in TO_SETTLE:
@@ -184,6 +200,7 @@ class Leases:
         and the store may still take it back at once, at no cost (F03); else it lapses."""
         w = self._w
         book = w._attempts
+        self.locked_rows.discard(attempt.job.id)
         with book.lock:
             # A give-back only while it is still queued; one that started meanwhile is lost.
             give_back = give_back and book.move(attempt, S.FINISHING, only_from=(S.QUEUED,))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from jobcore import events
 from jobcore import validate as v
 from jobcore.driver import JobDriver, LandedAcks
-from jobcore.errors import ConfigurationError, InvalidInput
+from jobcore.errors import BackendLocked, ConfigurationError, InvalidInput
 from jobcore.records import Job, JobState
 from jobcore.registry import job_logger
 from jobcore.worker._attempt import TO_SETTLE, Attempt, AttemptStatus, end_span
@@ -53,10 +53,13 @@ class Settle:
 
     ``tries`` counts the calls that failed without an answer; after one, a settle that
     answers "did not land" may have landed on an earlier try (its reply was lost), so
-    the settler looks the job up before calling it lost (F05).
+    the settler looks the job up before calling it lost (F05). ``locked``: the store's last
+    answer was that another session holds the job's row (``JC_DB_LOCKED``): nothing of it
+    changed, and nobody can take the job while it is held, so the settle is tried again
+    until it lands or is refused, whatever its lease, and apart from other settles.
     """
 
-    __slots__ = ("attempt", "error", "kind", "options", "result", "tries")
+    __slots__ = ("attempt", "error", "kind", "locked", "options", "result", "tries")
 
     def __init__(
         self, attempt: Attempt, kind: str, *, result: Any = None, error: BaseException | None = None,
@@ -65,6 +68,7 @@ class Settle:
         self.attempt, self.kind, self.result, self.error = attempt, kind, result, error
         self.options = options or {}
         self.tries = 0
+        self.locked = False
 
     def landed_earlier(self, job: Job | None) -> bool:
         """Whether ``job`` (read after a retry answered "did not land") shows this settle landed before."""
@@ -153,7 +157,7 @@ class Settler:
         renewal landing). The job then runs again after its lease lapses."""
         w = self._w
         attempt = item.attempt
-        late = w._timer() > w._leases.deadline(attempt) + w._lease_s
+        late = not item.locked and w._timer() > w._leases.deadline(attempt) + w._lease_s
         if not (force or w._killed or late or (stop_at is not None and time.monotonic() >= stop_at)):
             return False
         end_span(attempt, "settle_abandoned")
@@ -200,41 +204,88 @@ class Settler:
             else:
                 nacks.append(item)
         retry: list[Settle] = []
+        # Acks whose rows another session held last time go apart: each try of theirs may wait
+        # the driver's lock bound, which the other acks must not.
+        fresh = [i for i in acks if not i.locked]
+        for group in (fresh, [i for i in acks if i.locked]) if len(fresh) < len(acks) else (acks,):
+            retry += self._ack(group)
         driver = w.driver
-        if acks:
-            pairs = [(i.attempt.claimed.token, i.result) for i in acks]
-            try:
-                answers: list[Job | None]
-                if self._lean_acks is None:
-                    self._lean_acks = takes_landed_only(driver)
-                if w.on_settled is None and self._lean_acks:
-                    # Nothing here needs the settled jobs back: the completion event and
-                    # metrics take the claimed job. Reading them back was most of the batch.
-                    landed = cast(LandedAcks, driver).ack_many(pairs, landed_only=True)
-                    answers = [None] * len(acks)
-                else:
-                    answers = driver.ack_many(pairs)
-                    landed = [a is not None for a in answers]
-            except Exception as exc:
-                retry += self._settle_failed(acks, exc, "done")
-            else:
-                w._recovered("settle")
-                done: list[tuple[Settle, Job | None]] = []
-                for item, answer, ok in zip(acks, answers, landed, strict=True):
-                    if ok:
-                        done.append((item, answer))
-                    else:
-                        retry += self._answered(item, ok, answer)
-                self._completed(done)
         for item in nacks:
             try:
                 answer = driver.nack(item.attempt.claimed.token, item.error or "failed", **item.options)
+            except BackendLocked as exc:
+                retry += self._held([item], exc, "with its failure")
             except Exception as exc:
                 retry += self._settle_failed([item], exc, "with its failure")
             else:
                 w._recovered("settle")
+                item.locked = False
                 retry += self._answered(item, answer is not None, answer)
         return retry
+
+    def _ack(self, acks: list[Settle]) -> list[Settle]:
+        """Ack ``acks`` in one ``ack_many``; answers the settles to try again."""
+        if not acks:
+            return []
+        w = self._w
+        driver = w.driver
+        if self._lean_acks is None:
+            self._lean_acks = takes_landed_only(driver)
+        # Nothing here needs the settled jobs back without an on_settled: the completion event
+        # and metrics take the claimed job. Reading them back was most of the batch.
+        lean = w.on_settled is None and self._lean_acks
+        pairs = [(i.attempt.claimed.token, i.result) for i in acks]
+        try:
+            if lean:
+                landed = cast(LandedAcks, driver).ack_many(pairs, landed_only=True)
+                answers: list[Job | None] = [None] * len(acks)
+            else:
+                answers = driver.ack_many(pairs)
+                landed = [a is not None for a in answers]
+        except BackendLocked as exc:
+            if exc.answers is None:  # nothing was carried out
+                return self._held(acks, exc, "done")
+            # The other items were carried out: report them, try the locked ones again.
+            held = set(exc.locked)
+            free = [i for i in range(len(acks)) if i not in held]
+            got = exc.answers
+            return self._held([acks[i] for i in sorted(held)], exc, "done") + self._acked(
+                [acks[i] for i in free],
+                [None] * len(free) if lean else [got[i] for i in free],
+                [bool(got[i]) if lean else got[i] is not None for i in free],
+            )
+        except Exception as exc:
+            return self._settle_failed(acks, exc, "done")
+        return self._acked(acks, answers, landed)
+
+    def _acked(self, acks: list[Settle], answers: list[Job | None], landed: list[bool]) -> list[Settle]:
+        """Report an ``ack_many``'s answers; answers the settles to try again."""
+        self._w._recovered("settle")
+        retry: list[Settle] = []
+        done: list[tuple[Settle, Job | None]] = []
+        for item, answer, ok in zip(acks, answers, landed, strict=True):
+            item.locked = False
+            if ok:
+                done.append((item, answer))
+            else:
+                retry += self._answered(item, ok, answer)
+        self._completed(done)
+        return retry
+
+    def _held(self, items: list[Settle], exc: BackendLocked, what: str) -> list[Settle]:
+        """Settles whose rows another session holds (``JC_DB_LOCKED``): nothing of them changed,
+        and nobody else can take those jobs meanwhile. Each is logged once and tried again
+        (apart from the other settles) until it lands or is refused."""
+        for item in items:
+            if not item.locked:
+                item.attempt.log.warning(
+                    "could not settle job %s (%s) %s: another session holds its row locked (an open transaction); "
+                    "retrying until that session lets it go (%s)", item.attempt.job.id, item.attempt.job.name,
+                    what, exc.fix,
+                )
+            item.locked = True
+        self._w._count("settle_errors", len(items))
+        return items
 
     def _settle_failed(self, items: list[Settle], exc: Exception, what: str) -> list[Settle]:
         """A settle call raised: the settles to retry (F05), or none when the store refused them."""

@@ -387,6 +387,8 @@ class OutagePlan:
     down_after: float = 0.15
     """Fraction of the jobs done when the fault is injected."""
     poll: float = 0.2
+    step_ms: int | None = None
+    """How often a job checks whether it was called off (ms; its whole length when None)."""
 
 
 @dataclasses.dataclass
@@ -427,7 +429,7 @@ def _drain_through(
     t_up: float | None = None
     extra: dict[str, Any] = {}
     try:
-        enqueued = h.enqueue(store, [h.work(plan.job_ms, step=plan.job_ms)] * plan.jobs)
+        enqueued = h.enqueue(store, [h.work(plan.job_ms, step=plan.step_ms or plan.job_ms)] * plan.jobs)
         for n in range(plan.workers):
             fleet.spawn(
                 f"W{n + 1}", store.worker_url(), concurrency=plan.concurrency, lease=plan.lease, margin=plan.margin,
@@ -597,6 +599,50 @@ def run_slots_taken(store: h.Store, plan: SlotsPlan, workdir: Path) -> Report:
         }
 
     return _drain_through(store, plan, workdir, "connection slots taken", inject)
+
+
+@dataclasses.dataclass
+class RowLockPlan(OutagePlan):
+    """Another session holds the rows of ``rows`` running jobs locked for ``outage`` seconds."""
+
+    outage: float = 15.0
+    rows: int = 2
+    lease: float = 6.0
+    margin: float = 1.5
+
+
+def run_row_locked(store: h.Store, plan: RowLockPlan, workdir: Path) -> Report:
+    """Workers drain while another session (an operator's ``SELECT ... FOR UPDATE`` left open
+    in psql, a bulk ``UPDATE``) holds the rows of ``plan.rows`` running jobs, longer than their
+    lease. Measures which jobs were locked, and the executions called off or run again of
+    jobs that were not locked: one locked row must hold back no other job."""
+    import psycopg  # noqa: PLC0415 - PostgreSQL only
+    from psycopg import sql  # noqa: PLC0415
+
+    if store.kind != "postgres":
+        raise ValueError("the row-lock scenario holds PostgreSQL rows")
+    schema = store.driver.schema
+    locked: list[str] = []
+
+    def inject() -> tuple[float, dict[str, Any]]:
+        pick = sql.SQL("SELECT id FROM {} WHERE state = 'running' AND NOT held ORDER BY id LIMIT %s FOR UPDATE")
+        with psycopg.connect(store.url.partition("?")[0], connect_timeout=5) as conn:
+            deadline = time.monotonic() + 30
+            while len(locked) < plan.rows and time.monotonic() < deadline:  # started jobs, running now
+                conn.rollback()
+                locked[:] = [str(row[0]) for row in conn.execute(
+                    pick.format(sql.Identifier(schema, "jobs")), (plan.rows,)
+                ).fetchall()]
+            time.sleep(plan.outage)
+            conn.rollback()
+        return time.monotonic(), {"jobs whose rows were locked": list(locked)}
+
+    report = _drain_through(store, plan, workdir, "rows locked by another session", inject)
+    others = [e for e in read_record(_dirs(workdir)[0]) if e.job_id not in locked]
+    again = {line.split()[1] for line in report.figures.details.get("completed_run_again", [])}
+    report.measures["completed jobs run again, locked jobs aside"] = len(again - set(locked))
+    report.measures["executions called off, locked jobs aside"] = sum(1 for e in others if e.outcome == "called_off")
+    return report
 
 
 @dataclasses.dataclass
