@@ -13,7 +13,8 @@ scenarios are the tests' own; only the sizes differ (a 30 s stall, a 20 s outage
 20,000 jobs, a failover with the standby promoted 10 s after the primary is lost, ...).
 The MongoDB-wire server is slow, so it gets fewer jobs, and it has no replica set, so no failover;
 connection slots taken is PostgreSQL's (a role's ``CONNECTION LIMIT``), and so is the full disk
-(a tablespace on a tmpfs the bench fills, as root; a trigger raising SQLSTATE 53100 otherwise).
+(a tablespace on a tmpfs the bench fills, as root; a trigger raising SQLSTATE 53100 otherwise)
+and a job's row locked by another session's open transaction.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ sys.path.append(str(ROOT))  # appended: fixtures/ and tests/ come from here, job
 from tests.faults import harness as h  # noqa: E402
 from tests.faults import scenarios as sc  # noqa: E402
 
-FAULTS = ("stall", "skew", "pause", "restart", "failover", "standby", "slots", "disk", "kill")
+FAULTS = ("stall", "skew", "pause", "restart", "failover", "standby", "slots", "disk", "rowlock", "kill")
 BACKENDS = ("postgres", "mongo")
 
 PLANS: dict[str, dict[str, Any]] = {
@@ -55,6 +56,7 @@ PLANS: dict[str, dict[str, Any]] = {
     "standby": {"postgres": sc.StandbyLostPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
     "slots": {"postgres": sc.SlotsPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
     "disk": {"postgres": sc.DiskPlan(jobs=20_000, job_ms=10, outage=20.0, lease=30.0, margin=5.0)},
+    "rowlock": {"postgres": sc.RowLockPlan(jobs=20_000, job_ms=10, outage=20.0, rows=1, lease=6.0, margin=1.5)},
     "kill": {
         "postgres": sc.KillPlan(warm=500, quick=2000),
         "mongo": sc.KillPlan(warm=30, quick=60, lease=4.0, margin=1.0, latency=0.0),
@@ -63,7 +65,7 @@ PLANS: dict[str, dict[str, Any]] = {
 RUNNERS: dict[str, Callable[..., sc.Report]] = {
     "stall": sc.run_stall, "skew": sc.run_skew, "pause": sc.run_pause, "restart": sc.run_restart,
     "failover": sc.run_failover, "standby": sc.run_standby_lost, "slots": sc.run_slots_taken,
-    "disk": sc.run_disk_full,
+    "disk": sc.run_disk_full, "rowlock": sc.run_row_locked,
     "kill": sc.run_kill,
 }
 
@@ -148,6 +150,13 @@ ROWS: dict[str, list[tuple[str, Callable[[sc.Report], Any]]]] = {
         ("slowest worker to claim again once there was room (s)", _measure("slowest worker to claim again s")),
         *COMMON,
     ],
+    "rowlock": [
+        ("jobs", _figure("jobs")),
+        ("one running job's row held by another session (s)", _measure("store gone s (until it takes writes)")),
+        ("completed jobs run again, the locked one aside", _measure("completed jobs run again, locked jobs aside")),
+        ("executions called off, the locked one aside", _measure("executions called off, locked jobs aside")),
+        *COMMON,
+    ],
     "kill": [
         ("jobs the killed worker held", _measure("jobs K1 held when killed (running + claimed ahead)")),
         *COMMON,
@@ -159,7 +168,8 @@ TITLES = {
     "stall": "network stall", "skew": "clock skew (+/-1 h)", "pause": "paused worker (SIGSTOP 3 leases)",
     "restart": "database restart", "failover": "primary failover (PostgreSQL)",
     "standby": "synchronous standby lost (PostgreSQL)", "slots": "connection slots taken (PostgreSQL)",
-    "disk": "full disk (PostgreSQL)", "kill": "killed worker (SIGKILL)",
+    "disk": "full disk (PostgreSQL)", "rowlock": "a job's row locked by another session (PostgreSQL)",
+    "kill": "killed worker (SIGKILL)",
 }
 
 
@@ -193,6 +203,7 @@ def run_one(fault: str, backend: str, workdir: Path) -> sc.Report | str:
             "failover": "n/a: no replica set here (the MongoDB-wire server is one process)",
             "standby": "n/a: no replica set here (the MongoDB-wire server is one process)",
             "slots": "n/a: no per-role connection limit in MongoDB",
+            "rowlock": "not measured: the MongoDB-wire test server blocks such a write for good",
         }.get(fault, "n/a: the MongoDB-wire test server's storage is not a real engine's")
     store = _own_store(fault, backend)
     try:

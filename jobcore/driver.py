@@ -477,6 +477,14 @@ class DeferredStart(Protocol):
 class JobDriver(Protocol):
     """One backend's whole job store. Every implementation keeps every rule of docs/rules.md.
 
+    A job's row locked by another session (an open transaction: PostgreSQL's, the one store
+    here that lets a caller hold one) makes the worker verbs (``start``, ``heartbeat``,
+    ``progress``, ``ack``, ``ack_many``, ``nack``) raise
+    :class:`~jobcore.errors.BackendLocked` (``JC_DB_LOCKED``) rather than wait: nothing of
+    that job changed. A batch (``start``, ``ack_many``) first carries out its other items and
+    says so on the error: ``answers`` (in input order, as the call would have answered, a
+    locked item as one that did not land) and ``locked`` (the locked items' positions).
+
     Attributes:
         clock: The only source of "now" for this driver.
         capabilities: Names from :data:`CAPABILITIES` this driver offers.

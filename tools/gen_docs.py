@@ -125,7 +125,7 @@ def exit_table() -> str:
         if base is errors.JobcoreError:
             leaves = "any other `JC_...` error; also a bulk change declined at the prompt"
         else:
-            codes = [c.code for c in _tree_order() if issubclass(c, base) and not c.__subclasses__()]
+            codes = [c.code for c in _tree_order() if issubclass(c, base) and (c is not base or not c.__subclasses__())]
             leaves = ", ".join(f"[`{c}`](errors.md#{c.lower()})" for c in codes)
         rows.append(f"| {code} | `{base.__name__}` | {leaves} |")
     rows.append("| 2 | usage error | argparse's own refusals (unknown option, missing argument, not an int) |")

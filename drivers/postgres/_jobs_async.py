@@ -370,14 +370,14 @@ class AsyncPostgresJobs:
             raise _batch_locked([rows[o - 1][0] for o in locked], "not settled", answers, at)
         return answers
 
-    async def _past_locks(self, free: bytes, params: dict[str, Any], count: int) -> tuple[list[Row], list[int]]:
+    async def _past_locks(self, query: bytes, params: dict[str, Any], count: int) -> tuple[list[Row], list[int]]:
         """A batch whose first try waited :data:`~._sql.jobs.SETTLE_LOCK_WAIT` on a row another
         session holds, and so changed nothing: its items whose rows are free are carried out
-        now (``free``, the statement passing over locked rows). Answers that statement's rows
+        now (``query``, the statement passing over locked rows). Answers that statement's rows
         and the item numbers (from 1) still current but not carried out: the locked ones (none
         when the session holding them changed them meanwhile: their tokens are no longer current)."""
         d = self._d
-        done = await d._fetch(free, params, retry=True)
+        done = await d._fetch(query, params, retry=True)
         if len(done) == count:
             return done, []
         live = {ordinal for (ordinal,) in await d._fetch(d.q.LIVE, {"items": params["items"]})}
@@ -510,6 +510,11 @@ def _one_locked(exc: BackendLocked, token: ClaimToken, outcome: str) -> BackendL
 def _batch_locked(ids: list[int], outcome: str, answers: list[Any], at: tuple[int, ...]) -> BackendLocked:
     """The error of a batch whose items ``at`` (input positions; job ``ids``) were locked by
     another session: the others were carried out, as ``answers`` says."""
+    if len(answers) == 1:
+        return BackendLocked(
+            f"another session holds job {ids[0]}'s row locked (an open transaction), and the call waited "
+            f"{SETTLE_LOCK_WAIT}: {outcome}, nothing of the job changed", answers=answers, locked=at,
+        )
     shown = ", ".join(str(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
     return BackendLocked(
         f"another session holds the rows of {len(ids)} of the batch's jobs locked (an open transaction): "

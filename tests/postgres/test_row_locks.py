@@ -86,7 +86,8 @@ def test_an_ack_batch_with_one_locked_row_lands_the_others_at_once(slow_driver: 
         assert states == [JobState.DONE, JobState.RUNNING, JobState.DONE, JobState.DONE]
     # The lock gone, the locked item lands on its own token: its lease was never lost.
     job = driver.ack(claimed[1].token, {"n": 1})
-    assert job is not None and job.state is JobState.DONE and job.result == {"n": 1}
+    assert job is not None
+    assert (job.state, job.result) == (JobState.DONE, {"n": 1})
 
 
 def test_a_landed_only_batch_answers_the_same_way(slow_driver: Any, pg_url: str) -> None:
@@ -128,7 +129,8 @@ def test_a_heartbeat_on_a_locked_row_answers_at_once_and_lands_after(slow_driver
         assert f"job {one.job.id}'s row locked" in answer.cause
         assert "its lease was not renewed" in answer.cause
         answer, took = timed(lambda: driver.progress(one.token, 0.5, "half"))
-        assert took < WAIT_BOUND and isinstance(answer, BackendLocked), answer
+        assert took < WAIT_BOUND, f"waited {took:.1f}s"
+        assert isinstance(answer, BackendLocked), answer
     assert driver.heartbeat(one.token, LEASE) is True
     assert driver.progress(one.token, 0.5, "half") is True
 
@@ -138,11 +140,13 @@ def test_a_nack_on_a_locked_row_answers_at_once_and_changes_nothing(slow_driver:
     (one,) = _claimed(driver, 1)
     with row_locked(pg_url, driver, one.job.id):
         answer, took = timed(lambda: driver.nack(one.token, "boom"))
-        assert took < WAIT_BOUND and isinstance(answer, BackendLocked), answer
+        assert took < WAIT_BOUND, f"waited {took:.1f}s"
+        assert isinstance(answer, BackendLocked), answer
     stored = driver.introspect.get(one.job.id)
     assert (stored.state, stored.errors) == (JobState.RUNNING, ())
     job = driver.nack(one.token, "boom")
-    assert job is not None and job.state is JobState.SCHEDULED
+    assert job is not None
+    assert job.state is JobState.SCHEDULED
 
 
 def test_a_start_batch_with_one_locked_row_starts_the_others(slow_driver: Any, pg_url: str) -> None:
@@ -150,7 +154,8 @@ def test_a_start_batch_with_one_locked_row_starts_the_others(slow_driver: Any, p
     held = _claimed(driver, 3, start=False)
     with row_locked(pg_url, driver, held[2].job.id):
         answer, took = timed(lambda: driver.start([c.token for c in held]))
-        assert took < WAIT_BOUND and isinstance(answer, BackendLocked), answer
+        assert took < WAIT_BOUND, f"waited {took:.1f}s"
+        assert isinstance(answer, BackendLocked), answer
         assert (answer.answers, answer.locked) == ([True, True, False], (2,))
         assert [driver.introspect.get(c.job.id).attempt for c in held] == [1, 1, 0]
     assert driver.start([held[2].token]) == [True]
@@ -169,7 +174,8 @@ def test_a_short_lock_is_waited_for_not_reported(slow_driver: Any, pg_url: str) 
         timer.start()
         job = driver.ack(one.token)
         timer.join()
-    assert job is not None and job.state is JobState.DONE
+    assert job is not None
+    assert job.state is JobState.DONE
 
 
 def test_an_operator_verb_still_waits_for_the_lock(slow_driver: Any, pg_url: str) -> None:
@@ -217,3 +223,24 @@ def test_the_async_driver_passes_a_locked_row_by_too(pg_url: str, pool: Any) -> 
             fx.drop_schema(pool, schema)
 
     asyncio.run(scenario())
+
+
+def test_a_child_enqueued_in_an_open_transaction_holds_back_only_its_running_parent(
+    slow_driver: Any, pg_url: str
+) -> None:
+    """jobcore's own way to such a lock: ``enqueue(..., depends_on=[running], connection=conn)``
+    marks the parent in the caller's transaction, which holds the parent's row until it ends.
+    The parent's ack waits for that commit; the batch's other jobs do not, and once the
+    transaction commits the parent's ack lands and releases its new child (D01)."""
+    driver = slow_driver
+    claimed = _claimed(driver, 3)
+    parent = claimed[0]
+    with psycopg.connect(pg_url) as conn:  # the caller's transaction, open until the block ends
+        child = driver.enqueue("locked.child", depends_on=[parent.job.id], connection=conn)
+        answer, took = timed(lambda: driver.ack_many([(c.token, None) for c in claimed], landed_only=True))
+        assert took < WAIT_BOUND, f"the batch waited {took:.1f}s on the parent's row"
+        assert isinstance(answer, BackendLocked), answer
+        assert (answer.answers, answer.locked) == ([False, True, True], (0,))
+    # Committed: the parent's ack lands now, and its child is released (due) by it.
+    assert driver.ack_many([(parent.token, None)], landed_only=True) == [True]
+    assert driver.introspect.get(child.id).state is JobState.READY
