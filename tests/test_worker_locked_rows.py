@@ -130,8 +130,11 @@ def test_the_other_acks_land_while_one_row_is_locked_and_it_lands_after(caplog: 
     assert not [r for r in caplog.records if "gave up settling" in r.getMessage()]
 
 
-def test_a_start_batch_with_a_locked_row_records_the_others_and_that_one_later() -> None:
+def test_a_start_batch_with_a_locked_row_records_the_others_and_that_one_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A quick job runs while its start is recorded (F04's marker): the record waits for the lock, the rest do not."""
+    caplog.set_level(logging.WARNING, logger="jobcore")
     driver = LockingDriver()
     registry = Registry()
     runs: Counter[str] = Counter()
@@ -157,6 +160,10 @@ def test_a_start_batch_with_a_locked_row_records_the_others_and_that_one_later()
         thread.join(10)
     assert dict(runs) == {job.id: 1 for job in jobs}
     assert [driver.introspect.get(job.id).attempt for job in jobs] == [1] * 6
+    said = [r.getMessage() for r in caplog.records if "could not record the start" in r.getMessage()]
+    assert len(said) == 1, said  # once, however many tries
+    assert f"job {jobs[1].id} " in said[0], said
+    assert not [r for r in caplog.records if "failed; retrying" in r.getMessage()]
 
 
 def test_a_locked_nack_is_tried_again_until_it_lands() -> None:

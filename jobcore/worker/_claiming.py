@@ -394,7 +394,7 @@ class Claimer:
                 elif self._fresh(attempt):
                     retry.append(attempt)
             if retry:
-                w._log_failure("starting claimed jobs in the store")
+                self._start_failed(retry, answers, "starting claimed jobs in the store")
                 if w._stopping.wait(delay * w._rng.uniform(0.8, 1.2)):
                     for attempt in retry:
                         self._unstart(attempt, error_type("WorkerStopping")("given back unstarted"), {
@@ -453,10 +453,28 @@ class Claimer:
                     if delay > RETRY_FIRST:
                         w._recovered("recording started jobs")
                     break
-                w._log_failure("recording started jobs")
+                self._start_failed(retry, answers, "recording started jobs")
                 time.sleep(delay * w._rng.uniform(0.8, 1.2))
                 delay = min(RETRY_CAP, delay * 2)
                 batch = retry
+
+    def _start_failed(self, retry: list[Attempt], answers: list[bool | BaseException], what: str) -> None:
+        """Log a start call to try again: a store failure as any failed call, once per job a row
+        another session holds (``JC_DB_LOCKED``: the rest of the batch was started)."""
+        w = self._w
+        failures = [a for a in answers if isinstance(a, BaseException)]
+        if not failures or not all(isinstance(a, BackendLocked) for a in failures):
+            w._log_failure(what)
+            return
+        said = w._leases.locked_rows
+        for attempt in retry:
+            if attempt.job.id not in said:
+                said.add(attempt.job.id)
+                attempt.log.warning(
+                    "could not record the start of job %s (%s): another session holds its row locked (an open "
+                    "transaction); trying again while its lease lasts (%s)", attempt.job.id, attempt.job.name,
+                    cast(BackendLocked, failures[0]).fix,
+                )
 
     def _run_started(self, ready: list[Attempt]) -> list[Attempt]:
         """Mark started attempts running (one locked step for the batch): their timeouts, the

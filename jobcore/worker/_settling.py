@@ -291,6 +291,8 @@ class Settler:
         """A settle call raised: the settles to retry (F05), or none when the store refused them."""
         w = self._w
         w._count("settle_errors", len(items))
+        for item in items:
+            item.locked = False  # no longer the lock: given up as any settle once its lease has surely lapsed
         if not transient(exc):
             for item in items:
                 item.attempt.log.error(
