@@ -43,6 +43,12 @@ __all__ = ["AsyncPostgresJobs"]
 Row = tuple[Any, ...]
 _MAX_HOLDER_RETRIES = 5
 _MS = timedelta(milliseconds=1)
+ACK_BATCH_BYTES = 32 * 1024 * 1024
+"""Most result text (characters of JSON) one ack statement carries; a batch with more is sent
+as several statements. PostgreSQL refuses a ``jsonb`` array above 256 MiB (SQLSTATE 54000):
+an ack batch of 300 results of 1 MiB each (results may be up to ``MAX_PAYLOAD_BYTES``) failed
+whole on every try, and the worker's retries of it too, until it gave up and every job of it
+ran again."""
 _CAPABILITIES = frozenset({
     "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start", "dependencies",
 })
@@ -333,11 +339,11 @@ class AsyncPostgresJobs:
         return answers
 
     async def ack_many(self, items: list[tuple[ClaimToken, str | None]], landed_only: bool) -> list[Any]:
-        d = self._d
         answers: list[Any] = [False if landed_only else None] * len(items)
         rows: list[list[Any]] = []  # [id, worker_id, claim_no, result] per distinct live token
         where: list[int] = []
         seen: set[tuple[int, str, int]] = set()
+        size = 0
         for index, (token, text) in enumerate(items):
             ident = _token_row(token)
             if ident is None:
@@ -347,8 +353,27 @@ class AsyncPostgresJobs:
             seen.add(ident)
             rows.append([ident[0], ident[1], ident[2], text])
             where.append(index)
+            if text is not None:
+                size += len(text)
         if not rows:
             return answers
+        if size <= ACK_BATCH_BYTES:
+            locked = await self._ack_rows(rows, where, landed_only, answers)
+        else:  # results too large for one statement: in parts, each of at most ACK_BATCH_BYTES
+            locked = []
+            for part in _by_size(rows):
+                locked += await self._ack_rows(rows[part], where[part], landed_only, answers)
+        if locked:
+            raise _batch_locked([job_id for job_id, _ in locked], "not settled", answers, tuple(at for _, at in locked))
+        return answers
+
+    async def _ack_rows(
+        self, rows: list[list[Any]], where: list[int], landed_only: bool, answers: list[Any],
+    ) -> list[tuple[int, int]]:
+        """Ack ``rows`` (distinct tokens, at input positions ``where``) in one statement, filling
+        ``answers``; answers ``(job id, input position)`` of the items whose rows another
+        session held (:meth:`_past_locks`)."""
+        d = self._d
         params = {"items": json.dumps(rows), "now": d._now(), "finished": d.finish_channel}
         locked: list[int] = []
         if landed_only:
@@ -365,10 +390,7 @@ class AsyncPostgresJobs:
                 acked, locked = await self._past_locks(d.q.ACK_MANY_FREE, params, len(rows))
             for row in acked:  # (ord, notified a waiter, job...)
                 answers[where[row[0] - 1]] = job_from_row(row[2:])
-        if locked:
-            at = tuple(where[ordinal - 1] for ordinal in locked)
-            raise _batch_locked([rows[o - 1][0] for o in locked], "not settled", answers, at)
-        return answers
+        return [(rows[o - 1][0], where[o - 1]) for o in locked]
 
     async def _past_locks(self, query: bytes, params: dict[str, Any], count: int) -> tuple[list[Row], list[int]]:
         """A batch whose first try waited :data:`~._sql.jobs.SETTLE_LOCK_WAIT` on a row another
@@ -496,6 +518,22 @@ class AsyncPostgresJobs:
 
     def __repr__(self) -> str:
         return f"schema={self._d.schema!r}, clock={self._d.clock!r}"
+
+
+def _by_size(rows: list[list[Any]]) -> list[slice]:
+    """``rows`` (ack items, the result text last) cut into runs of at most
+    :data:`ACK_BATCH_BYTES` of result text each (a single larger result alone)."""
+    parts: list[slice] = []
+    start, size = 0, 0
+    for index, row in enumerate(rows):
+        text = row[3]
+        n = 0 if text is None else len(text)
+        if index > start and size + n > ACK_BATCH_BYTES:
+            parts.append(slice(start, index))
+            start, size = index, 0
+        size += n
+    parts.append(slice(start, len(rows)))
+    return parts
 
 
 def _one_locked(exc: BackendLocked, token: ClaimToken, outcome: str) -> BackendLocked:
