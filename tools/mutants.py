@@ -139,17 +139,17 @@ MUTANTS: tuple[Mutant, ...] = (
        (f"{PT}/test_operator.py", "-k", "O03"), "memory", "remove deletes a running job (O03), via its guard"),
     # --- the PostgreSQL driver -----------------------------------------------------------
     Mutant("pg-heartbeat-unfenced", PG,
-       "WHERE j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s\n"
+       "  AND j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s\n"
        "RETURNING j.id",
-       "WHERE j.id = %(id)s AND j.state = {_RUNNING} AND %(worker)s::text IS NOT NULL"
+       "  AND j.id = %(id)s AND j.state = {_RUNNING} AND %(worker)s::text IS NOT NULL"
        " AND %(claim_no)s::bigint IS NOT NULL\nRETURNING j.id",
        (f"{PT}/test_lease.py",), "postgres", "heartbeat renews any running job by id (L01-L03)"),
     Mutant("pg-heartbeat-ignores-claim-no", PG,
        " AND j.claim_no = %(claim_no)s\nRETURNING j.id", " AND %(claim_no)s::bigint IS NOT NULL\nRETURNING j.id",
        (f"{PT}/test_lease.py",), "postgres", "a heartbeat of an earlier claim of the same worker lands (L02)"),
     Mutant("pg-progress-unfenced", PG,
-       "WHERE j.id = %(id)s AND j.claim_no = %(claim_no)s AND j.worker_id = %(worker)s AND j.state = {_RUNNING}",
-       "WHERE j.id = %(id)s AND %(claim_no)s::bigint IS NOT NULL AND %(worker)s::text IS NOT NULL",
+       "  AND j.id = %(id)s AND j.claim_no = %(claim_no)s AND j.worker_id = %(worker)s AND j.state = {_RUNNING}",
+       "  AND j.id = %(id)s AND %(claim_no)s::bigint IS NOT NULL AND %(worker)s::text IS NOT NULL",
        (f"{PT}/test_progress.py", "-k", "G02"), "postgres", "progress lands on whatever job the token names (G02)"),
     Mutant("pg-claim-keeps-progress", PG,
        '{ms("lease_ms")}, progress = NULL,', '{ms("lease_ms")},',
