@@ -56,8 +56,10 @@ def test_rows_locked_past_the_lease_run_no_other_job_twice(store: h.Store, tmp_p
     assert "gave up settling" not in logs, report.explain()
 
 
-def test_a_locked_row_calls_off_no_other_running_job(store: h.Store, tmp_path: Path) -> None:
+def test_a_locked_row_calls_off_no_other_running_job(store: h.Store, driver_name: str, tmp_path: Path) -> None:
     """One running row locked 8 s (lease 3 s, renewed every 1 s) while 24 jobs of 2.5 s run."""
+    if driver_name != "postgres":  # the worker's renewals are the same; the bound through PgBouncer is checked above
+        pytest.skip("the renewals' scenario runs on PostgreSQL direct (13 s of CI); PgBouncer runs the one above")
     plan = RowLockPlan(jobs=24, job_ms=2500, step_ms=100, outage=8.0, rows=1, lease=3.0, margin=1.0, down_after=0.0)
     report = run_row_locked(_store(store), plan, tmp_path)
     figures, measures = report.figures, report.measures
