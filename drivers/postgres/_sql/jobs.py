@@ -254,7 +254,9 @@ a row lock another session holds: an open transaction that locked the row (an op
 ``SELECT ... FOR UPDATE`` in psql, a bulk ``UPDATE`` of the table) would otherwise hold the
 call, and a worker's every other settle or heartbeat behind it, for up to the statement
 timeout. Past it the server answers ``LockNotAvailable`` (``JC_DB_LOCKED``); a batch then lands
-its other items (:data:`_FREE_IDS`). Our own fleet holds a row for a statement's length only."""
+its other items (:data:`_FREE_IDS`). Our own fleet holds a row for a statement's length only.
+The bound covers every row lock the statement waits for, the children's rows that the settle
+trigger of a parent locks (rules D) included; a batch's second try runs without it."""
 
 _BOUNDED_WAIT: Final = f"(SELECT set_config('lock_timeout', '{SETTLE_LOCK_WAIT}', true)) IS NOT NULL"
 """A condition that sets ``lock_timeout`` to :data:`SETTLE_LOCK_WAIT` for the statement's own
