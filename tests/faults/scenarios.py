@@ -633,6 +633,8 @@ def run_row_locked(store: h.Store, plan: RowLockPlan, workdir: Path) -> Report:
                 locked[:] = [str(row[0]) for row in conn.execute(
                     pick.format(sql.Identifier(schema, "jobs")), (plan.rows,)
                 ).fetchall()]
+                if len(locked) < plan.rows:
+                    time.sleep(0.02)
             time.sleep(plan.outage)
             conn.rollback()
         return time.monotonic(), {"jobs whose rows were locked": list(locked)}
