@@ -536,23 +536,24 @@ def _by_size(rows: list[list[Any]]) -> list[slice]:
     return parts
 
 
+def _one_held(job_id: object, outcome: str) -> str:
+    """The cause of ``JC_DB_LOCKED`` for one job whose row another session held past the bound."""
+    return (
+        f"another session holds job {job_id}'s row locked (an open transaction), and the call waited "
+        f"{SETTLE_LOCK_WAIT}: {outcome}, nothing of the job changed"
+    )
+
+
 def _one_locked(exc: BackendLocked, token: ClaimToken, outcome: str) -> BackendLocked:
     """``exc`` for a call on one job whose row another session held past the settle bound."""
-    return BackendLocked(
-        f"another session holds job {token.job_id}'s row locked (an open transaction), and the call waited "
-        f"{SETTLE_LOCK_WAIT}: {outcome}, nothing of the job changed ({exc.cause})",
-        answers=None, locked=(0,),
-    )
+    return BackendLocked(f"{_one_held(token.job_id, outcome)} ({exc.cause})", answers=None, locked=(0,))
 
 
 def _batch_locked(ids: list[int], outcome: str, answers: list[Any], at: tuple[int, ...]) -> BackendLocked:
     """The error of a batch whose items ``at`` (input positions; job ``ids``) were locked by
     another session: the others were carried out, as ``answers`` says."""
     if len(answers) == 1:
-        return BackendLocked(
-            f"another session holds job {ids[0]}'s row locked (an open transaction), and the call waited "
-            f"{SETTLE_LOCK_WAIT}: {outcome}, nothing of the job changed", answers=answers, locked=at,
-        )
+        return BackendLocked(_one_held(ids[0], outcome), answers=answers, locked=at)
     shown = ", ".join(str(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
     return BackendLocked(
         f"another session holds the rows of {len(ids)} of the batch's jobs locked (an open transaction): "
