@@ -548,7 +548,10 @@ class JobDriver(Protocol):
         ``specs`` are :class:`JobSpec` records or mappings with ``enqueue``'s keyword
         names. Duplicates (E02) are answered as ``enqueue`` would, including a key
         repeated inside the batch (the later item answers the earlier one). One
-        refused item refuses the whole batch and nothing is written.
+        refused item refuses the whole batch and nothing is written. A batch holds at
+        most ``MAX_ENQUEUE_BATCH`` specs and ``MAX_ENQUEUE_BATCH_BYTES`` of payload (UTF-8
+        JSON text, all items together); past either it is refused (``JC_OPTION_INVALID``)
+        before anything is written.
 
         A spec's ``depends_on`` may also hold ``int`` positions of earlier specs of the
         same batch, so a whole fan-out/fan-in group is stored atomically (D03); a position

@@ -49,6 +49,7 @@ from jobcore.vocabulary import (  # the limits, re-exported: drivers and checks 
     MAX_CLAIM_BATCH,
     MAX_DELAY,
     MAX_ENQUEUE_BATCH,
+    MAX_ENQUEUE_BATCH_BYTES,
     MAX_ERROR_TEXT_BYTES,
     MAX_JSON_DEPTH,
     MAX_LEASE,
@@ -77,6 +78,7 @@ __all__ = [
     "MAX_CLAIM_BATCH",
     "MAX_DELAY",
     "MAX_ENQUEUE_BATCH",
+    "MAX_ENQUEUE_BATCH_BYTES",
     "MAX_ERROR_TEXT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LEASE",
@@ -659,6 +661,7 @@ def new_jobs(
     checked: dict[tuple[object, ...], dict[str, Any]] = {}
     last: tuple[object, ...] = ()
     options: dict[str, Any] = {}
+    chars = 0
     for index, spec in enumerate(specs):
         if len(out) >= MAX_ENQUEUE_BATCH:
             raise OptionInvalid(f"more than {MAX_ENQUEUE_BATCH} specs in one batch", "split the batch")
@@ -692,8 +695,23 @@ def new_jobs(
                     checked[memo] = known
             options, last = known, values
         text = encode_json(payload, "payload")
+        chars += len(text)
+        if chars > MAX_ENQUEUE_BATCH_BYTES:  # a character is at least one byte: over already
+            raise _batch_too_large(f"at least {chars} bytes of JSON by item {index}")
         out.append(_store_timed(options, text) if now is None else record(payload=text, **options))
+    if chars > MAX_ENQUEUE_BATCH_BYTES // 4:  # up to 4 bytes a character: count them
+        size = sum(len(job.payload) if job.payload.isascii() else len(job.payload.encode("utf-8")) for job in out)
+        if size > MAX_ENQUEUE_BATCH_BYTES:
+            raise _batch_too_large(f"{size} bytes of JSON")
     return out
+
+
+def _batch_too_large(size: str) -> OptionInvalid:
+    """The refusal of a batch whose payloads come to ``size``, over MAX_ENQUEUE_BATCH_BYTES (E05)."""
+    return OptionInvalid(
+        f"the batch's payloads are {size}; one enqueue_many stores at most {MAX_ENQUEUE_BATCH_BYTES} bytes of payload",
+        "split the batch into smaller enqueue_many calls, or store large data elsewhere and pass a reference",
+    )
 
 
 def _store_timed(options: dict[str, Any], payload: str) -> StoreTimedJob:

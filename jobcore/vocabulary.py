@@ -47,6 +47,7 @@ __all__ = [
     "MAX_CLAIM_BATCH",
     "MAX_DELAY",
     "MAX_ENQUEUE_BATCH",
+    "MAX_ENQUEUE_BATCH_BYTES",
     "MAX_ERROR_TEXT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LEASE",
@@ -199,6 +200,12 @@ MAX_BULK_ROWS: Final = 1000
 """Most rows one ``*_many`` operator call moves."""
 MAX_ENQUEUE_BATCH: Final = 10_000
 """Most specs one ``enqueue_many`` stores."""
+MAX_ENQUEUE_BATCH_BYTES: Final = 32 * 1024 * 1024
+"""Most bytes of payload (UTF-8 JSON text, summed over its items) one ``enqueue_many`` stores.
+
+Every driver stores such a batch in one round trip: it fits one MongoDB message (48 MB),
+and far inside PostgreSQL's 1 GB message and 256 MiB ``jsonb`` value, however much its
+payloads' text grows as a JSON string inside the statement's items."""
 MAX_PARENTS: Final = 1000
 """Most parents one job may depend on (rules D)."""
 PARENT_FAILURE_MODES: Final = ("cancel", "run")

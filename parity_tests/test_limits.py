@@ -14,6 +14,7 @@ that part is skipped with the measured rate, and runs on a real server.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -42,6 +43,7 @@ class L:
     MAX_JSON_DEPTH = 64
     MAX_NAME_LENGTH = 200
     MAX_ENQUEUE_BATCH = 10_000
+    MAX_ENQUEUE_BATCH_BYTES = 33_554_432
     MAX_PARENTS = 1000
     MAX_CLAIM_BATCH = 1000
     MAX_BULK_ROWS = 1000
@@ -209,6 +211,30 @@ def test_E05_batch_of_exactly_max_enqueue_batch(driver: JobDriver) -> None:
     assert [a.duplicate for a in answers[:3]] == [False, False, True]
     assert {a.id for a in answers[2:]} == {answers[1].id}
     assert sorted(j.name for j in all_jobs(driver)) == ["a", "fresh"]
+
+
+def test_E05_batch_of_exactly_max_enqueue_batch_bytes(driver: JobDriver) -> None:
+    """enqueue_many stores payloads of MAX_ENQUEUE_BATCH_BYTES in all; one byte more refuses the whole batch.
+
+    Counted in bytes of UTF-8, not characters: one payload is two-byte characters. Stored in
+    one round trip on every driver, and each payload comes back whole (E03)."""
+    whole = L.MAX_PAYLOAD_BYTES
+    count = L.MAX_ENQUEUE_BATCH_BYTES // whole
+    plain = "x" * (whole - 2)  # the two quotes make each exactly MAX_PAYLOAD_BYTES
+    accented = "é" * ((whole - 2) // 2)
+    fits = [JobSpec(name="big", payload=accented), *[JobSpec(name="big", payload=plain)] * (count - 1)]
+    assert sum(len(json.dumps(s.payload, ensure_ascii=False).encode()) for s in fits) == L.MAX_ENQUEUE_BATCH_BYTES
+    with refused("JC_OPTION_INVALID"):
+        driver.enqueue_many([*fits, JobSpec(name="small", payload=0)])
+    with refused("JC_OPTION_INVALID"):
+        driver.enqueue_many([*fits, JobSpec(name="big", payload=plain), JobSpec(name="small")])
+    assert all_jobs(driver) == []
+    answers = driver.enqueue_many(fits)
+    assert [a.payload for a in answers] == [accented, *[plain] * (count - 1)]
+    stored = {j.id: j.payload for j in all_jobs(driver)}
+    assert sorted(stored) == sorted(a.id for a in answers)
+    assert stored[answers[0].id] == accented
+    assert all(stored[a.id] == plain for a in answers[1:])
 
 
 # --- MAX_PARENTS ----------------------------------------------------------------------------

@@ -169,6 +169,9 @@ LIMITS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("MAX_NAME_LENGTH", "characters of a job name, queue, key, worker id or lease key (E04, K01)", (
         "test_E04_K01_names_of_exactly_max_name_length",)),
     ("MAX_ENQUEUE_BATCH", "specs in one `enqueue_many` (E05)", ("test_E05_batch_of_exactly_max_enqueue_batch",)),
+    ("MAX_ENQUEUE_BATCH_BYTES",
+     "bytes of payload (UTF-8 JSON text) in one `enqueue_many`, all its items together (E05)",
+     ("test_E05_batch_of_exactly_max_enqueue_batch_bytes",)),
     ("MAX_CLAIM_BATCH", "`claim(limit=...)` (C05)", ("test_C05_claim_limit_of_exactly_max_claim_batch",)),
     ("MAX_BULK_ROWS", "rows one `*_many` operator call moves, and its default limit (O05)", (
         "test_O05_bulk_limit_of_exactly_max_bulk_rows", "test_O05_bulk_default_limit_is_max_bulk_rows")),

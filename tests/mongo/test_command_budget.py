@@ -40,7 +40,10 @@ from jobcore.drivers.mongo import MongoDriver
 from pymongo import MongoClient, monitoring
 
 from fixtures import mongo as fx
+from jobcore import vocabulary as v
 from jobcore.clock import ManualClock
+from jobcore.errors import OptionInvalid
+from jobcore.records import JobSpec
 
 JOBS = 12
 """Small on purpose: the stand-in server is slow."""
@@ -196,3 +199,25 @@ def test_start_of_held_claims_heartbeat_and_nack(counted: tuple[MongoDriver, Lis
     assert _cost(listener.take()) == (["update"], 1)
     assert driver.nack(claimed[1].token, "boom") is not None
     assert _cost(listener.take()) == (["findAndModify"], 1)
+
+
+def test_a_batch_at_both_limits_is_still_one_insert(counted: tuple[MongoDriver, Listener]) -> None:
+    """E05's one round trip at its largest: MAX_ENQUEUE_BATCH specs whose payloads come to
+    MAX_ENQUEUE_BATCH_BYTES, with names and queues of MAX_NAME_LENGTH, go in one insert.
+
+    PyMongo splits an insert that outgrows the server's message (48 MB on ``mongod``) or
+    its write batch (100,000 documents) into several; past the byte limit the batch is
+    refused before any command is sent."""
+    driver, listener = counted
+    hello = driver._jobs.database.client.admin.command("hello")
+    assert (hello["maxMessageSizeBytes"], hello["maxWriteBatchSize"]) == (48_000_000, 100_000)
+    listener.take()
+    count, size = v.MAX_ENQUEUE_BATCH, v.MAX_ENQUEUE_BATCH_BYTES
+    each = "x" * (size // count - 2)  # with its quotes, an equal share of the limit
+    name, queue = "n" * v.MAX_NAME_LENGTH, "q" * v.MAX_NAME_LENGTH
+    specs = [JobSpec(name=name, queue=queue, payload=each) for _ in range(count)]
+    with pytest.raises(OptionInvalid):
+        driver.enqueue_many([*specs[:-1], JobSpec(name=name, queue=queue, payload=each + "x" * (size % count + 1))])
+    assert listener.take() == []
+    driver.enqueue_many(specs)
+    assert _cost(listener.take()) == (["findAndModify", "insert"], count + 1)
