@@ -23,7 +23,10 @@ Conventions for every method:
 * A refusal raises a coded :class:`~jobcore.errors.InvalidInput` (or the
   :class:`~jobcore.errors.JobStateConflict` named) and writes nothing.
 * A database failure raises a :class:`~jobcore.errors.BackendError` subclass with the
-  original exception on ``__cause__``.
+  original exception on ``__cause__``. When the call went out and its answer never came
+  (a timeout, a connection lost meanwhile), its fix says the call may have been carried
+  out all the same (:data:`~jobcore.errors.MAY_HAVE_LANDED`): a write is then not known
+  not to have happened, and an enqueue retried without a key can store its job twice.
 * A token that no longer matches is an answer (``False`` or ``None``), never an error.
 """
 

@@ -13,6 +13,12 @@ library only. Between a client and its server it can:
   are connected to the target.
 * ``cut()``: every open connection is reset (RST, both sides), and new ones are reset
   as soon as they are accepted, until ``heal()``.
+* ``lose_next_reply(after=0)``: the next connection that sends anything gets its request
+  forwarded, and the first bytes the target sends back on it are dropped and the link
+  reset (RST, both sides): the server did what was asked, and its answer is lost, as when
+  a path breaks after the request went through. ``after`` lets that many replies through
+  first (a call of several round trips loses a later one). Only one reply is lost;
+  ``replies_lost`` counts them.
 * ``close()``: stop listening and drop every connection.
 
 ``latency`` (an attribute, settable at any time) delays each forwarded chunk by that
@@ -108,6 +114,11 @@ class Proxy:
         """Connections accepted so far."""
         self.closed_by_client = 0
         """Connections the client closed (seen once data flows: a frozen link reads nothing)."""
+        self.replies_lost = 0
+        """Replies dropped by :meth:`lose_next_reply`."""
+        self._losing = False
+        self._asked: _Link | None = None
+        self._let_through = 0
 
     # -- control ---------------------------------------------------------------------
 
@@ -151,6 +162,12 @@ class Proxy:
             links = list(self._links)
         for link in links:
             link.kill(rst=True)
+
+    def lose_next_reply(self, after: int = 0) -> None:
+        """Drop the reply to the next request any connection sends (past the ``after`` next
+        replies), and reset that connection."""
+        with self._lock:
+            self._losing, self._asked, self._let_through = True, None, after
 
     def heal(self) -> None:
         """Accept and forward new connections again after :meth:`cut`."""
@@ -244,6 +261,20 @@ class Proxy:
                 with self._lock:
                     self._links.discard(link)
 
+    def _reply_lost(self, link: _Link) -> bool:
+        """Drop the reply ``link`` just received when it is the one :meth:`lose_next_reply` wants."""
+        with self._lock:
+            if not (self._losing and self._asked is link):
+                return False
+            self._asked = None
+            if self._let_through > 0:  # this one goes through; the next request's reply is the one
+                self._let_through -= 1
+                return False
+            self._losing = False
+            self.replies_lost += 1
+        link.kill(rst=True)
+        return True
+
     def _pump(self, link: _Link, src: socket.socket, dst: socket.socket, direction: str) -> None:
         """Forward ``src`` to ``dst`` until EOF, an error or the link's death; honours freezes."""
         try:
@@ -270,6 +301,12 @@ class Proxy:
                     return
                 if not self._wait_flowing(link):  # frozen after the read: hold the bytes back
                     return
+                if direction == "down" and self._asked is link and self._reply_lost(link):
+                    return
+                if direction == "up" and self._losing and self._asked is None:
+                    with self._lock:  # marked before the request goes on, so its reply cannot slip by
+                        if self._losing and self._asked is None:
+                            self._asked = link
                 dst.sendall(data)
                 with self._lock:
                     self.forwarded[direction] += len(data)

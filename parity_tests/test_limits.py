@@ -214,10 +214,8 @@ def test_E05_batch_of_exactly_max_enqueue_batch(driver: JobDriver) -> None:
 
 
 def test_E05_batch_of_exactly_max_enqueue_batch_bytes(driver: JobDriver) -> None:
-    """enqueue_many stores payloads of MAX_ENQUEUE_BATCH_BYTES in all; one byte more refuses the whole batch.
-
-    Counted in bytes of UTF-8, not characters: one payload is two-byte characters. Stored in
-    one round trip on every driver, and each payload comes back whole (E03)."""
+    """enqueue_many stores MAX_ENQUEUE_BATCH_BYTES of payload, UTF-8 bytes; one byte more refuses it all."""
+    # Counted in bytes, not characters: one payload is two-byte characters. Each comes back whole (E03).
     whole = L.MAX_PAYLOAD_BYTES
     count = L.MAX_ENQUEUE_BATCH_BYTES // whole
     plain = "x" * (whole - 2)  # the two quotes make each exactly MAX_PAYLOAD_BYTES

@@ -172,6 +172,30 @@ def key_clash(error: Mapping[str, Any]) -> bool:
     )
 
 
+def id_clash(error: Mapping[str, Any]) -> bool:
+    """A write error from the ``_id`` index: a document with that id is already stored."""
+    return error.get("code") == 11000 and (
+        "_id" in (error.get("keyPattern") or {}) or "index: _id_ " in str(error.get("errmsg", ""))
+    )
+
+
+SAME_JOB = ("name", "queue", "payload", "priority", "max_attempts", "created_at", "run_at")
+"""The fields that tell a stored document to be the very job an insert wrote."""
+
+
+def same_job(stored: Mapping[str, Any] | None, doc: Mapping[str, Any]) -> bool:
+    """Whether ``stored`` holds what the insert of ``doc`` wrote (dates as BSON keeps them, to the ms)."""
+    if stored is None:
+        return False
+    for field in SAME_JOB:
+        ours = doc.get(field)
+        if isinstance(ours, datetime):
+            ours = ours.replace(microsecond=ours.microsecond // 1000 * 1000)
+        if stored.get(field) != ours:
+            return False
+    return True
+
+
 def errors_appended(type_name: Any, message: Any, now: datetime) -> dict[str, Any]:
     """The expression of the document's error history with one entry for its current attempt.
 

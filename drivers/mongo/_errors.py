@@ -108,6 +108,11 @@ def database_problem(name: str) -> str | None:
     return None
 
 
+_UNSENT = ("Connection refused", "connection pool paused")
+"""PyMongo's words for a failure before any command went out: a connection refused, or a
+pool paused after its server was marked unknown."""
+
+
 def _unavailable_fix(bounds: Bounds) -> str:
     longer = (
         "a reading of the server's clock waits no longer, whatever the call bound" if bounds.fixed
@@ -151,7 +156,16 @@ def translate(exc: pe.PyMongoError, what: str, bounds: Bounds = _UNBOUNDED) -> B
             f"URI), else check the network and the server's load; {MAY_HAVE_LANDED}",
         )
     if isinstance(exc, pe.ConnectionFailure):
-        return BackendUnavailable(f"the MongoDB connection failed during {what} ({detail})", _unavailable_fix(bounds))
+        if any(word in str(exc) for word in _UNSENT):  # no connection to send on: nothing was sent
+            return BackendUnavailable(
+                f"the MongoDB connection failed during {what} ({detail})", _unavailable_fix(bounds)
+            )
+        # PyMongo does not say whether the command had gone out: it may have been carried out
+        # and only its answer lost (a retryable write covers that only on a replica set).
+        return BackendUnavailable(
+            f"the MongoDB connection was lost during {what} ({detail})",
+            f"check that the MongoDB server is up and reachable from this host; {MAY_HAVE_LANDED}",
+        )
     if isinstance(exc, pe.OperationFailure) and (
         exc.code in _NO_PRIMARY or exc.has_error_label("RetryableWriteError")
         or exc.has_error_label("TransientTransactionError")

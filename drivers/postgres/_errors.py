@@ -10,6 +10,9 @@ a raw psycopg exception; the original stays on ``__cause__``:
 * a refused or unreachable host, a connection not made within ``connect_timeout``, a lost
   connection, a server starting up or shutting down, an exhausted pool ->
   ``BackendUnavailable``, naming the host and port it tried;
+* a connection lost after the statement went out (the server may have carried it out
+  and only its answer was lost) -> ``BackendUnavailable`` whose fix says so: a retried
+  enqueue without a key can store its job twice;
 * a server that takes no writes (a standby, a primary set read-only; no listed host a
   primary during a failover) -> ``BackendUnavailable``, which the driver answers after
   closing that connection, so the next call connects again;
@@ -169,6 +172,12 @@ def _per_host(text: str) -> str:
     return "; ".join(reasons)[:600]
 
 
+_UNSENT: Final = ("sending ", "flushing failed", "connection failed", "the connection is closed")
+"""psycopg's words for a connection that failed before the server had the whole statement
+(libpq's send or flush failed, or it never connected): nothing of the call was done.
+Any other lost connection (``consuming input failed: server closed the connection
+unexpectedly``) came after it went out, while its answer was awaited."""
+
 _STATEMENT_POOLING: Final = "transaction blocks not allowed in statement pooling mode"
 
 ROLLED_BACK: Final = (
@@ -245,6 +254,11 @@ def translate(exc: BaseException, schema: str = "") -> JobcoreError:
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         if refused_connection and _AUTH.search(text):  # a caller's own connection
             return BackendAuthFailed(f"the database refused the credentials: {text}")
+        if getattr(exc, "sqlstate", None) is None and not raw.lstrip().startswith(_UNSENT):
+            return BackendUnavailable(
+                f"the database connection was lost while the call awaited its answer: {text}",
+                f"check that the database is up and reachable; {MAY_HAVE_LANDED}",
+            )
         return BackendUnavailable(f"the database connection failed: {text}")
     if isinstance(exc, pg.InsufficientPrivilege):
         return BackendFailure(

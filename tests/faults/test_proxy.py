@@ -1,4 +1,4 @@
-"""fixtures.proxy: forwards both ways, freezes without closing, cuts with resets, heals and closes."""
+"""fixtures.proxy: forwards both ways, freezes without closing, cuts with resets, loses one reply, heals and closes."""
 
 from __future__ import annotations
 
@@ -98,6 +98,14 @@ def _dropped(target: socket.socket | Proxy, tries: int = 20) -> bool:
     return False
 
 
+def _answer(sock: socket.socket) -> bytes:
+    """What comes back next on ``sock``: ``b""`` when the connection was ended or reset instead."""
+    try:
+        return sock.recv(100)
+    except ConnectionResetError:
+        return b""
+
+
 def _wait_for(predicate: object, timeout: float = 2.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -173,6 +181,37 @@ def test_cut_resets_open_connections_and_refuses_new_ones_until_heal(proxy: Prox
     proxy.heal()
     with _connect(proxy) as healed:
         assert _roundtrip(healed) == b"ping"
+
+
+def test_lose_next_reply_forwards_the_request_and_resets_only_that_connection(proxy: Proxy) -> None:
+    """lose_next_reply(): the next request reaches the server, its answer never comes back and
+    that connection is reset; the other connections, and the next request, are untouched."""
+    idle = _connect(proxy)
+    asking = _connect(proxy)
+    assert _roundtrip(idle) == b"ping"
+    assert _wait_for(lambda: proxy.forwarded["down"] == 4)
+    proxy.lose_next_reply()
+    asking.sendall(b"charge")
+    assert _answer(asking) == b""
+    assert _wait_for(lambda: proxy.forwarded["up"] == 4 + 6)  # the request went through
+    assert proxy.replies_lost == 1
+    assert _roundtrip(idle) == b"ping"
+    with _connect(proxy) as later:
+        assert _roundtrip(later, b"again") == b"again"
+    assert proxy.replies_lost == 1
+    idle.close()
+    asking.close()
+
+
+def test_lose_next_reply_after_lets_earlier_replies_through(proxy: Proxy) -> None:
+    """lose_next_reply(after=1): the first request is answered, the second one's reply is lost."""
+    with _connect(proxy) as sock:
+        proxy.lose_next_reply(after=1)
+        assert _roundtrip(sock, b"first") == b"first"
+        sock.sendall(b"second")
+        assert _answer(sock) == b""
+    assert _wait_for(lambda: proxy.forwarded["up"] == 5 + 6)
+    assert proxy.replies_lost == 1
 
 
 def test_cut_while_frozen_then_heal_and_thaw(proxy: Proxy) -> None:
