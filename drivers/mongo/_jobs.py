@@ -158,10 +158,12 @@ class MongoJobs:
                 raise
             return [0]
         except pe.BulkWriteError as exc:
-            errors = [e for e in exc.details.get("writeErrors", []) if not d.id_clash(e)]
-            if not errors and self._landed_before(docs, exc.details.get("writeErrors", []), session):
-                return []
-            if session is not None or not errors or not all(d.key_clash(e) for e in errors):
+            written = exc.details.get("writeErrors", [])
+            clashes = [e for e in written if d.id_clash(e)]
+            errors = [e for e in written if not d.id_clash(e)]
+            if not written or (clashes and not self._landed_before(docs, clashes, session)):
+                raise
+            if errors and (session is not None or not all(d.key_clash(e) for e in errors)):
                 raise
             return [e["index"] for e in errors]
         return []
@@ -169,7 +171,8 @@ class MongoJobs:
     def _landed_before(
         self, docs: list[Doc], errors: Sequence[Mapping[str, Any]], session: ClientSession | None,
     ) -> bool:
-        """Whether every error of ``errors`` is an ``_id`` clash with a stored document equal to ours."""
+        """Whether every error of ``errors`` is an ``_id`` clash with a stored document equal to ours
+        (one read, made only when some insert clashed on ``_id``)."""
         clashed = [docs[int(e.get("index", 0))] for e in errors if d.id_clash(e)]
         if not clashed or len(clashed) != len(errors):
             return False

@@ -159,10 +159,12 @@ class AsyncMongoJobs:
                 raise
             return [0]
         except pe.BulkWriteError as exc:
-            errors = [e for e in exc.details.get("writeErrors", []) if not d.id_clash(e)]
-            if not errors and await self._landed_before(docs, exc.details.get("writeErrors", []), session):
-                return []
-            if session is not None or not errors or not all(d.key_clash(e) for e in errors):
+            written = exc.details.get("writeErrors", [])
+            clashes = [e for e in written if d.id_clash(e)]
+            errors = [e for e in written if not d.id_clash(e)]
+            if not written or (clashes and not await self._landed_before(docs, clashes, session)):
+                raise
+            if errors and (session is not None or not all(d.key_clash(e) for e in errors)):
                 raise
             return [e["index"] for e in errors]
         return []
@@ -170,7 +172,8 @@ class AsyncMongoJobs:
     async def _landed_before(
         self, docs: list[Doc], errors: Sequence[Mapping[str, Any]], session: AsyncClientSession | None,
     ) -> bool:
-        """Whether every error of ``errors`` is an ``_id`` clash with a stored document equal to ours."""
+        """Whether every error of ``errors`` is an ``_id`` clash with a stored document equal to ours
+        (one read, made only when some insert clashed on ``_id``)."""
         clashed = [docs[int(e.get("index", 0))] for e in errors if d.id_clash(e)]
         if not clashed or len(clashed) != len(errors):
             return False
