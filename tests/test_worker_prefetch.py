@@ -15,8 +15,9 @@ from typing import Any
 from jobcore.drivers.memory import MemoryDriver
 
 from jobcore.clock import ManualClock
-from jobcore.records import JobState
+from jobcore.records import JobFilter, JobState
 from jobcore.registry import Registry
+from jobcore.vocabulary import MAX_CLAIM_BATCH
 from jobcore.worker import Worker
 
 START = datetime(2030, 1, 1, 12, tzinfo=timezone.utc)
@@ -174,3 +175,66 @@ def test_the_backlog_holds_two_round_trips_of_quick_jobs_within_prefetch() -> No
         assert claiming.backlog_target() == expected, (run_time, rtt)
     running.run_time = None  # nothing measured yet
     assert claiming.backlog_target() == 0
+
+
+def test_a_claim_asks_for_what_the_last_ones_pace_fits_in_a_tenth_of_the_lease() -> None:
+    """The next claim's size after one that brought ``got`` jobs in ``took`` seconds (lease 3 s: 0.3 s)."""
+    worker = Worker(["default"], driver=MemoryDriver(), registry=Registry(), concurrency=4, lease=3,
+                    scheduler=False, retention=None)
+    claiming = worker._claiming
+    assert claiming.claim_cap == MAX_CLAIM_BATCH  # nothing measured: no cap below the batch limit
+    for took, got, expected in [
+        (2.9, 84, 8),  # 84 jobs in 2.9 s: 8 fit in 0.3 s at that pace
+        (0.04, 4, 30),  # 10 ms a job: 30
+        (5.0, 1, 1),  # never below one job
+        (0.0003, 100, MAX_CLAIM_BATCH),  # a quick store: the batch limit
+        (0.0, 1, MAX_CLAIM_BATCH),  # a clock that did not move
+    ]:
+        claiming.claim_cap = 50
+        assert claiming.next_cap(took, got) == expected, (took, got)
+    claiming.claim_cap = 50
+    assert claiming.next_cap(4.0, 0) == 50  # a slow claim that brought nothing (a store away): keep
+
+
+class SlowClaims(MemoryDriver):
+    """A store whose claim takes ``per_job`` seconds for each job it hands out, as MongoDB's
+    claim does (one update per job), here slow enough to matter against a 1 s lease."""
+
+    def __init__(self, per_job: float) -> None:
+        super().__init__()
+        self.per_job = per_job
+        self.sizes: list[int] = []
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().claim(*args, **kwargs)
+        self.sizes.append(len(result.claimed))
+        time.sleep(self.per_job * len(result.claimed))
+        return result
+
+
+def test_a_store_slow_per_claimed_job_still_drains_every_job_once() -> None:
+    """Quick handlers on a store whose claims take 20 ms a job: the backlog (sized to the claim
+    round trip) must not grow claims until their jobs arrive too late to start (F03)."""
+    driver = SlowClaims(per_job=0.02)
+    registry = Registry()
+    ran: list[int] = []
+
+    @registry.job(name="quick")
+    def quick(payload: int) -> None:
+        ran.append(payload)
+
+    quick.enqueue_many(list(range(100)), driver=driver)
+    worker = Worker(["default"], driver=driver, registry=registry, concurrency=4, lease=1, poll_interval=0.01,
+                    rescue_interval=0.5, scheduler=False, retention=None)
+    worker.start()
+    try:
+        wait_until(lambda: len(ran) >= 100 and worker.counts["completed"] >= 100, "every job run", timeout=20.0)
+    finally:
+        assert worker.stop(5.0)
+    assert sorted(ran) == list(range(100))  # each once
+    assert worker.counts["lost"] == 0
+    done = driver.introspect.list(JobFilter(state=JobState.DONE), limit=200).jobs
+    assert len(done) == 100
+    assert all(job.attempt == 1 for job in done)
+    # after the first, no claim asked for more than its pace fits in 0.1 s (a tenth of the lease)
+    assert max(driver.sizes[1:]) <= 5, driver.sizes
