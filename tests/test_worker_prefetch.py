@@ -177,45 +177,47 @@ def test_the_backlog_holds_two_round_trips_of_quick_jobs_within_prefetch() -> No
     assert claiming.backlog_target() == 0
 
 
-def test_a_claim_asks_for_what_the_last_ones_pace_fits_in_a_tenth_of_the_lease() -> None:
-    """The next claim's size after one that brought ``got`` jobs in ``took`` seconds (lease 3 s: 0.3 s)."""
-    worker = Worker(["default"], driver=MemoryDriver(), registry=Registry(), concurrency=4, lease=3,
-                    scheduler=False, retention=None)
-    claiming = worker._claiming
-    assert claiming.claim_cap == MAX_CLAIM_BATCH  # nothing measured: no cap below the batch limit
-    for took, got, expected in [
-        (2.9, 84, 8),  # 84 jobs in 2.9 s: 8 fit in 0.3 s at that pace
-        (0.04, 4, 30),  # 10 ms a job: 30
-        (5.0, 1, 1),  # never below one job
-        (0.0003, 100, MAX_CLAIM_BATCH),  # a quick store: the batch limit
-        (0.0, 1, MAX_CLAIM_BATCH),  # a clock that did not move
+def test_a_claim_asks_for_what_fits_in_a_tenth_of_the_lease_at_the_stores_cost_per_job() -> None:
+    """The next claim's size after recent claims of (jobs, seconds), lease 3 s: a budget of 0.3 s,
+    or the heartbeat interval (1 s) for a store whose cost per claim alone passes it."""
+    for claims, expected in [
+        ([(84, 2.9)], 8),  # one size only: all of it put down to the jobs, 8 fit in 0.3 s
+        ([(4, 0.1875), (8, 0.3125)], 7),  # 62.5 ms a claim and 31.25 ms a job: 7 fit
+        ([(4, 0.5), (2, 0.5)], MAX_CLAIM_BATCH),  # far away but no cost per job: size does not matter
+        ([(4, 0.5625), (8, 0.625)], 32),  # 0.5 s a claim, past the budget: 15.6 ms a job fits 32 in 1 s
+        ([(1, 5.0)], 1),  # never below one job
+        ([(100, 0.0003)], MAX_CLAIM_BATCH),  # a quick store: the batch limit
+        ([(1, 0.0)], MAX_CLAIM_BATCH),  # a clock that did not move
     ]:
-        claiming.claim_cap = 50
-        assert claiming.next_cap(took, got) == expected, (took, got)
+        worker = Worker(["default"], driver=MemoryDriver(), registry=Registry(), concurrency=4, lease=3,
+                        scheduler=False, retention=None)
+        claiming = worker._claiming
+        assert claiming.claim_cap == MAX_CLAIM_BATCH  # nothing measured: no cap below the batch limit
+        for got, took in claims:
+            claiming.claim_cap = claiming.next_cap(took, got)
+        assert claiming.claim_cap == expected, claims
     claiming.claim_cap = 50
     assert claiming.next_cap(4.0, 0) == 50  # a slow claim that brought nothing (a store away): keep
 
 
 class SlowClaims(MemoryDriver):
-    """A store whose claim takes ``per_job`` seconds for each job it hands out, as MongoDB's
-    claim does (one update per job), here slow enough to matter against a 1 s lease."""
+    """A store whose claim takes ``per_claim`` seconds plus ``per_job`` for each job it hands
+    out (MongoDB's claim updates one document per job), slow enough to matter against a 1 s lease."""
 
-    def __init__(self, per_job: float) -> None:
+    def __init__(self, *, per_job: float = 0.0, per_claim: float = 0.0) -> None:
         super().__init__()
-        self.per_job = per_job
+        self.per_job, self.per_claim = per_job, per_claim
         self.sizes: list[int] = []
 
     def claim(self, *args: Any, **kwargs: Any) -> Any:
         result = super().claim(*args, **kwargs)
         self.sizes.append(len(result.claimed))
-        time.sleep(self.per_job * len(result.claimed))
+        time.sleep(self.per_claim + self.per_job * len(result.claimed))
         return result
 
 
-def test_a_store_slow_per_claimed_job_still_drains_every_job_once() -> None:
-    """Quick handlers on a store whose claims take 20 ms a job: the backlog (sized to the claim
-    round trip) must not grow claims until their jobs arrive too late to start (F03)."""
-    driver = SlowClaims(per_job=0.02)
+def _drain(driver: SlowClaims, jobs: int) -> Worker:
+    """Run ``jobs`` quick jobs to the end with one worker (4 slots, lease 1 s): each once, none lost."""
     registry = Registry()
     ran: list[int] = []
 
@@ -223,18 +225,34 @@ def test_a_store_slow_per_claimed_job_still_drains_every_job_once() -> None:
     def quick(payload: int) -> None:
         ran.append(payload)
 
-    quick.enqueue_many(list(range(100)), driver=driver)
+    quick.enqueue_many(list(range(jobs)), driver=driver)
     worker = Worker(["default"], driver=driver, registry=registry, concurrency=4, lease=1, poll_interval=0.01,
                     rescue_interval=0.5, scheduler=False, retention=None)
     worker.start()
     try:
-        wait_until(lambda: len(ran) >= 100 and worker.counts["completed"] >= 100, "every job run", timeout=20.0)
+        wait_until(lambda: len(ran) >= jobs and worker.counts["completed"] >= jobs, "every job run", timeout=20.0)
     finally:
         assert worker.stop(5.0)
-    assert sorted(ran) == list(range(100))  # each once
+    assert sorted(ran) == list(range(jobs))  # each once
     assert worker.counts["lost"] == 0
-    done = driver.introspect.list(JobFilter(state=JobState.DONE), limit=200).jobs
-    assert len(done) == 100
+    done = driver.introspect.list(JobFilter(state=JobState.DONE), limit=jobs + 1).jobs
+    assert len(done) == jobs
     assert all(job.attempt == 1 for job in done)
-    # after the first, no claim asked for more than its pace fits in 0.1 s (a tenth of the lease)
+    return worker
+
+
+def test_a_store_slow_per_claimed_job_still_drains_every_job_once() -> None:
+    """Quick handlers on a store whose claims take 20 ms a job: the backlog (sized to the claim
+    round trip) must not grow claims until their jobs arrive too late to start (F03)."""
+    driver = SlowClaims(per_job=0.02)
+    _drain(driver, 100)
+    # after the first, no claim asked for more than fit in 0.1 s (a tenth of the lease)
     assert max(driver.sizes[1:]) <= 5, driver.sizes
+
+
+def test_a_store_slow_per_claim_but_not_per_job_still_gets_large_claims() -> None:
+    """A far-away store (150 ms a claim whatever its size, past a tenth of the 1 s lease): a
+    smaller claim would be no quicker, so claims are not cut down to a job or two."""
+    driver = SlowClaims(per_claim=0.15)
+    _drain(driver, 100)
+    assert max(driver.sizes) >= 50, driver.sizes

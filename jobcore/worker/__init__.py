@@ -145,9 +145,9 @@ class Worker:
             0: claim only for free slots). The worker prefetches only what its slots will
             run within two claim round trips (measured), so slow jobs are never hoarded;
             prefetched jobs are leased and heartbeated, and given back unstarted on stop.
-            One claim asks for no more jobs than the last claim's pace fits in a tenth of
-            the lease, so a store slow per claimed job never gets claims so large that
-            their jobs arrive too stale to start (F03).
+            One claim asks for no more jobs than fit in a tenth of the lease at the store's
+            measured cost per claimed job, so a store slow per claimed job never gets claims
+            so large that their jobs arrive too stale to start (F03).
         heartbeat_interval: Seconds between renewals of one lease (default ``lease/3``). One not
             shorter than ``lease - margin`` is logged as a WARNING when the worker is made: a
             handler would be called off between two renewals even while the store answers.

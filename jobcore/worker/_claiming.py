@@ -13,6 +13,7 @@ before its handler runs, and only while its local deadline is at least a margin 
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import queue as queue_mod
@@ -48,11 +49,28 @@ BACKLOG_ROUND_TRIPS = 2
 within ``prefetch``."""
 
 CLAIM_BUDGET = 0.1
-"""Share of the lease one claim's round trip may take (:meth:`Claimer.next_cap`). A claim
-that takes longer makes the next ones smaller: its jobs' leases run from when it was sent,
-and on a store whose claim time grows with the batch, a larger backlog (sized to the round
-trip) would otherwise ask for ever larger, ever slower claims until their jobs arrived too
-late to start (F03)."""
+"""Share of the lease one claim's round trip should take (:meth:`Claimer.next_cap`). Its jobs'
+leases run from when the claim was sent, and on a store whose claim time grows with the
+batch, a backlog sized to the round trip would otherwise ask for ever larger, ever slower
+claims until their jobs arrived too late to start (F03)."""
+
+CLAIM_SAMPLES = 16
+"""Recent claims (jobs, seconds) that :func:`claim_cost` fits the store's cost to."""
+
+
+def claim_cost(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """The store's (seconds per claimed job, seconds per claim), fitted by least squares to
+    claims' ``(jobs, seconds)``; each at least 0. Claims all of one size cannot tell the two
+    apart: all their time is then put down to the jobs, the cautious reading."""
+    count = len(samples)
+    mean_jobs = sum(jobs for jobs, _ in samples) / count
+    mean_took = sum(took for _, took in samples) / count
+    spread = sum((jobs - mean_jobs) ** 2 for jobs, _ in samples)
+    if not spread:
+        return mean_took / mean_jobs, 0.0
+    per_job = max(0.0, sum((jobs - mean_jobs) * (took - mean_took) for jobs, took in samples) / spread)
+    return per_job, max(0.0, mean_took - per_job * mean_jobs)
+
 
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
@@ -123,6 +141,7 @@ class Claimer:
         self._marks: queue_mod.SimpleQueue[Attempt | Stop] = queue_mod.SimpleQueue()  # starts to record (F04)
         self.claim_rtt = 0.0  # seconds per claim round trip (moving average)
         self.claim_cap = v.MAX_CLAIM_BATCH  # most jobs the next claim asks for (next_cap)
+        self._claims: collections.deque[tuple[int, float]] = collections.deque(maxlen=CLAIM_SAMPLES)
 
     # -- the claim loop --------------------------------------------------------------
 
@@ -184,16 +203,25 @@ class Claimer:
     def next_cap(self, took: float, got: int) -> int:
         """The most jobs the next claim asks for, after one that brought ``got`` in ``took`` seconds.
 
-        As many as that claim's pace (its round trip per job) fits in :data:`CLAIM_BUDGET` of
-        the lease, never below 1 nor above ``MAX_CLAIM_BATCH``. A claim that brought nothing
-        (an empty queue, a store away) says nothing of the pace and leaves the cap. On a quick
-        store the cap does not bite: at 0.3 ms for a claim of 100 jobs and the default 30 s
-        lease it is the batch limit.
+        As many as fit in :data:`CLAIM_BUDGET` of the lease at the store's cost per claimed
+        job, beside its cost per claim whatever the size (:func:`claim_cost`, over the last
+        :data:`CLAIM_SAMPLES` claims); never below 1 nor above ``MAX_CLAIM_BATCH``. A store
+        whose cost per claim alone passes that budget (a far-away one, against a short lease)
+        is given up to the heartbeat interval instead: a smaller claim would not be quicker.
+        A claim that brought nothing (an empty queue, a store away) leaves the cap. On a
+        quick store the cap does not bite: 100 jobs in a millisecond, against 3 s of the
+        default lease, is the batch limit.
         """
         if not got:
             return self.claim_cap
-        fits = CLAIM_BUDGET * self._w._lease_s * got / max(took, 1e-9)
-        return max(1, min(v.MAX_CLAIM_BATCH, int(fits)))
+        self._claims.append((got, took))
+        per_job, per_claim = claim_cost(self._claims)
+        if per_job <= 0:
+            return v.MAX_CLAIM_BATCH
+        budget = CLAIM_BUDGET * self._w._lease_s
+        if per_claim >= budget:
+            budget = self._w.heartbeat_interval
+        return max(1, min(v.MAX_CLAIM_BATCH, int((budget - per_claim) / per_job)))
 
     def backlog_target(self) -> int:
         """Jobs to hold claimed beyond the free slots: what the slots run in two claim round trips.
