@@ -9,6 +9,8 @@ worker logs one INFO line of what it did.
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
 from typing import Any
 
@@ -212,3 +214,66 @@ def test_a_rescue_sweep_the_store_cannot_answer_is_logged_like_a_failed_claim(
     sweeps = [(r.levelname, r.getMessage()) for r in caplog.records if "rescue sweep" in r.getMessage()]
     assert sweeps[:2] == [("WARNING", "rescue sweep failed; retrying"), ("WARNING", "rescue sweep works again")]
     assert sweeps[2:] == [("ERROR", "rescue sweep failed")]
+
+
+class _SlowHeartbeats(MemoryDriver):
+    """A store that answers every renewal, 30 ms after it is asked."""
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.03)
+        return super().heartbeat(*args, **kwargs)
+
+
+def test_renewals_slower_together_than_the_heartbeat_interval_are_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twenty running jobs renewed one by one at 30 ms each take 0.6 s, past half of lease - margin
+    (0.4 s of a 1 s lease): the worker says so once (not every round), naming what to change."""
+    driver, registry, release = _SlowHeartbeats(), Registry(), threading.Event()
+
+    @registry.job(name="long")
+    def long(payload: int) -> None:
+        release.wait(10)
+
+    long.enqueue_many(list(range(20)), driver=driver)
+    worker = Worker(["default"], driver=driver, registry=registry, concurrency=20, lease=1, prefetch=0,
+                    poll_interval=0.01, rescue_interval=None, summary_interval=None)
+    with caplog.at_level(logging.WARNING, logger=WORKER_LOGGER):
+        worker.start()
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not [r for r in caplog.records if "renewing" in r.getMessage()]:
+                time.sleep(0.05)
+            time.sleep(1.5)  # more rounds, each as slow
+        finally:
+            release.set()
+            worker.stop(5.0)
+    said = [r.getMessage() for r in caplog.records if r.name == WORKER_LOGGER and "renewing" in r.getMessage()]
+    assert len(said) == 1, said
+    found = re.match(r"renewing (\d+) leases took ([0-9.]+)s", said[0])
+    assert found is not None, said[0]
+    assert int(found[1]) > 13  # most of the twenty due in one round, 30 ms each
+    assert float(found[2]) > 0.4
+    assert "more than half of lease - margin (0.8s)" in said[0]
+    assert "lower concurrency (and prefetch) or lengthen the lease" in said[0]
+
+
+def test_renewals_within_the_heartbeat_interval_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    driver, registry, release = MemoryDriver(), Registry(), threading.Event()
+
+    @registry.job(name="long")
+    def long(payload: int) -> None:
+        release.wait(10)
+
+    long.enqueue_many(list(range(20)), driver=driver)
+    worker = Worker(["default"], driver=driver, registry=registry, concurrency=20, lease=1, prefetch=0,
+                    poll_interval=0.01, rescue_interval=None, summary_interval=None)
+    with caplog.at_level(logging.WARNING, logger=WORKER_LOGGER):
+        worker.start()
+        try:
+            time.sleep(1.5)  # four rounds of renewals
+        finally:
+            release.set()
+            worker.stop(5.0)
+    assert worker.counts["completed"] == 20
+    assert [r.getMessage() for r in caplog.records if r.name == WORKER_LOGGER] == []

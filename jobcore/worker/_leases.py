@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 S = AttemptStatus
 
+SLOW_ROUND_EVERY = 60.0
+"""Seconds between two warnings that a round of renewals took too long (:meth:`Leases._check_round`)."""
+
 
 class Leases:
     """Holds every attempt of a worker to its lease: the keeper and beater threads."""
@@ -40,6 +43,7 @@ class Leases:
         self.stopped = False
         self.locked_rows: set[str] = set()
         """Jobs whose last renewal met their row locked by another session (said once each)."""
+        self._slow_said = -SLOW_ROUND_EVERY  # when a slow round of renewals was last warned about
 
     def stop(self) -> None:
         """End the keeper and the beater."""
@@ -104,17 +108,20 @@ class Leases:
             with w._attempts.lock:
                 attempts = list(w._attempts.active.values())
             next_wake = time.monotonic() + min(1.0, w.heartbeat_interval, w.progress_interval)
+            round_began, renewed = time.monotonic(), 0
             for attempt in attempts:
                 if w._killed or self.stopped:
                     return
                 if attempt.status in RENEWED:
                     if time.monotonic() >= attempt.next_beat:
+                        renewed += 1
                         try:
                             self._beat(attempt)
                         except Exception:  # a bug here must not stop every other heartbeat
                             attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
                             attempt.next_beat = time.monotonic() + w.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
+            self._check_round(renewed, time.monotonic() - round_began)
             # Progress after every renewal due: a slow progress write never delays a heartbeat of this round.
             for attempt in () if w._progress_off else attempts:
                 if attempt.ctx.progress_seq != attempt.progress_sent and attempt.status is S.RUNNING:
@@ -125,6 +132,25 @@ class Leases:
                     next_wake = min(next_wake, attempt.progress_due)
             self.beater_wake.wait(max(0.0, next_wake - time.monotonic()))
             self.beater_wake.clear()
+
+    def _check_round(self, renewed: int, took: float) -> None:
+        """Warn (at most every :data:`SLOW_ROUND_EVERY`) when renewing the leases one by one took
+        longer than the heartbeat interval and half of ``lease - margin``: each lease waits a
+        round for its renewal, and once a round passes ``lease - margin`` handlers are called
+        off while the store still answers."""
+        w = self._w
+        if renewed < 2 or took <= max(w.heartbeat_interval, (w._lease_s - w._margin_s) / 2):
+            return
+        now = time.monotonic()
+        if now - self._slow_said < SLOW_ROUND_EVERY:
+            return
+        self._slow_said = now
+        w.log.warning(
+            "renewing %d leases took %.2fs, more than half of lease - margin (%gs): a lease is renewed one "
+            "call at a time, and once a round passes lease - margin handlers are called off even while the "
+            "store answers; lower concurrency (and prefetch) or lengthen the lease",
+            renewed, took, w._lease_s - w._margin_s,
+        )
 
     def send_progress(self, attempt: Attempt) -> None:
         """Store the attempt's latest ``ctx.progress`` report when it moved since the last
