@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 INSTALLED_AS = {"jobcore": "jobcore", "drivers": "jobcore/drivers", "parity_tests": "jobcore/parity"}
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
+def _run(cmd: list[str], *, cwd: Path) -> None:
     started = time.monotonic()
     print(f"check_wheel: $ {' '.join(cmd)}", flush=True)
-    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+    subprocess.run(cmd, cwd=cwd, check=True)
     print(f"check_wheel:   ({time.monotonic() - started:.1f} s)", flush=True)
 
 
@@ -114,19 +114,19 @@ def floor_constraints() -> list[str]:
     return pins
 
 
-def run_on(interpreter: str, wheel: Path, work: Path, *, floors: bool = False, name: str = "") -> tuple[bool, str]:
+def run_on(interpreter: str, wheel: Path, work: Path, *, name: str, floors: bool = False) -> tuple[bool, str]:
     """The installed wheel's demo and memory parity suite, and the unasync check, on one Python
     (its venv under ``work``, named by ``name``); with ``floors``, every dependency at its lowest
     allowed version, and both drivers imported. A clean environment: nothing from the checkout
     or the calling venv on the path."""
-    venv = work / f"venv-{name or Path(interpreter).name}"
+    venv = work / f"venv-{name}"
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["JOBCORE_TEST_DRIVERS"] = "memory"
     python = str(venv / "bin" / "python")
     install = [python, "-m", "pip", "install", "-q", f"{wheel}[parity]"]
     if floors:
-        constraints = work / f"floors-{name or Path(interpreter).name}.txt"
+        constraints = work / f"floors-{name}.txt"
         constraints.write_text("\n".join(floor_constraints()) + "\n", encoding="utf-8")
         install = [*install[:-1], "-c", str(constraints), f"{wheel}[parity,{','.join(FLOOR_EXTRAS)}]"]
     steps = [
