@@ -41,6 +41,13 @@ FIRST_RENEWAL_BATCH = 4
 """Leases in a worker's first ``heartbeat_many`` call, before the store's cost was measured.
 Too small costs a few round trips once; too large, on a store slow per lease, every lease of it."""
 
+RENEW_EARLY = 0.25
+"""Share of ``heartbeat_interval`` by which a lease may be renewed early, to go in the same
+``heartbeat_many`` call as the leases due now. Jobs claimed at different moments fall due at
+different moments; without it a worker holding many long jobs sent a call for each group,
+every interval. With it calls go out at most every quarter interval, each lease renewed
+every 0.75 to 1 interval (its row written up to a third more often)."""
+
 SLOW_ROUND_EVERY = 60.0
 """Seconds between two warnings that a round of renewals took too long (:meth:`Leases._check_round`)."""
 
@@ -121,7 +128,8 @@ class Leases:
         The leases due in a round go out in ``heartbeat_many`` calls where the driver offers
         it (else one ``heartbeat`` each), each of as many leases as the store renews within
         :data:`RENEWAL_BUDGET` of the lease (:attr:`renewal_cap`): all of them in one call on
-        a quick or far-away store, a few at a time on one slow per lease.
+        a quick or far-away store, a few at a time on one slow per lease. Leases due within
+        :data:`RENEW_EARLY` of the interval go with them.
         """
         w = self._w
         while not self.stopped:
@@ -130,6 +138,7 @@ class Leases:
             next_wake = time.monotonic() + min(1.0, w.heartbeat_interval, w.progress_interval)
             round_began, renewed = time.monotonic(), 0
             batched = "heartbeat_many" in w.driver.capabilities
+            early = w.heartbeat_interval * RENEW_EARLY if batched else 0.0
             # Soonest due first; one that falls due while a long round goes on is renewed in it.
             queue = sorted((a for a in attempts if a.status in RENEWED), key=lambda a: a.next_beat)
             at = 0
@@ -138,7 +147,7 @@ class Leases:
                     return
                 now, size = time.monotonic(), self.renewal_cap if batched else 1
                 part: list[Attempt] = []
-                while at < len(queue) and len(part) < size and queue[at].next_beat <= now:
+                while at < len(queue) and len(part) < size and queue[at].next_beat <= now + early:
                     if queue[at].status in RENEWED:  # one settled meanwhile is not renewed for nothing
                         part.append(queue[at])
                     at += 1

@@ -4,8 +4,8 @@ The store is made far away for real: every connection passes a TCP proxy holding
 chunk 10 ms each way, so a round trip takes about 21 ms however little it carries. Renewed
 one ``heartbeat`` call each, 150 leases took 3.2 s a round, past ``lease - margin`` (2.4 s
 of a 3 s lease): 155-159 handlers were called off while the store answered every call, and
-89-90 of the 150 jobs ran again. Renewed in ``heartbeat_many`` calls, a round is a call or
-two.
+89-90 of the 150 jobs ran again. Renewed in ``heartbeat_many`` calls, a round is one call:
+6 calls renewed 600 leases, and no handler was called off.
 """
 
 from __future__ import annotations
