@@ -155,10 +155,7 @@ class Leases:
                     break
                 renewed += len(part)
                 try:
-                    if len(part) > 1:
-                        self._beat_many(part)
-                    else:
-                        self._beat(part[0])
+                    self._beat(part)
                 except Exception:  # a bug here must not stop every other heartbeat
                     part[0].log.exception(
                         "heartbeat of job %s (and %d more) failed unexpectedly", part[0].job.id, len(part) - 1,
@@ -226,32 +223,22 @@ class Leases:
                 attempt.progress_sent = -1  # not stored: send the latest again at the next chance
                 w._log_failure("progress", attempt.log)
 
-    def _beat(self, attempt: Attempt) -> None:
-        """Renew one lease with ``heartbeat``."""
+    def _beat(self, attempts: list[Attempt]) -> None:
+        """Renew ``attempts``' leases: one ``heartbeat``, or one ``heartbeat_many`` for several
+        (whose time sizes the next such call). A row another session holds locked is said
+        once and tried again soon; a failed call is tried again soon (the keeper calls a
+        handler off if no renewal lands in time, F02)."""
         w = self._w
         sent, began = w._timer(), time.monotonic()
         try:
-            kept = w.driver.heartbeat(attempt.claimed.token, w.lease)
-        except BackendLocked as exc:
-            self._locked(attempt, exc)
-            return
-        except Exception:
-            # The keeper calls the handler off if no renewal lands in time (F02); try again soon.
-            w._log_failure("heartbeat", attempt.log)
-            attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
-            return
-        w._recovered("heartbeat")
-        self._answered(attempt, kept, sent, began)
-
-    def _beat_many(self, attempts: list[Attempt]) -> None:
-        """Renew a batch of leases in one ``heartbeat_many`` call; a row another session
-        holds locked is treated as :meth:`_beat` treats it, the batch's others as answered."""
-        w = self._w
-        sent, began = w._timer(), time.monotonic()
-        try:
-            answers = cast(BatchHeartbeats, w.driver).heartbeat_many([a.claimed.token for a in attempts], w.lease)
-            took = time.monotonic() - began
-            self.renewal_cap = self._sizer.after(len(attempts), took, RENEWAL_BUDGET * w._lease_s, w.heartbeat_interval)
+            if len(attempts) == 1:
+                answers = [w.driver.heartbeat(attempts[0].claimed.token, w.lease)]
+            else:
+                answers = cast(BatchHeartbeats, w.driver).heartbeat_many([a.claimed.token for a in attempts], w.lease)
+                took = time.monotonic() - began
+                self.renewal_cap = self._sizer.after(
+                    len(attempts), took, RENEWAL_BUDGET * w._lease_s, w.heartbeat_interval,
+                )
         except BackendLocked as exc:
             for index, attempt in enumerate(attempts):
                 if exc.answers is None or index in exc.locked:
