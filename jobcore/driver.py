@@ -60,6 +60,7 @@ from jobcore.records import (
 __all__ = [
     "CAPABILITIES",
     "AsyncJobDriver",
+    "BatchHeartbeats",
     "DeferredStart",
     "Duration",
     "Introspector",
@@ -80,12 +81,14 @@ CAPABILITIES = {
     "deferred_start": "claim(..., start=False) holds jobs unstarted and start(tokens) starts them (F04)",
     "finish_notify": "wait() is woken by the store when the job finishes (A02); without it wait() polls",
     "dependencies": "enqueue(..., depends_on=[...]) holds a job until its parents are done (rules D)",
+    "heartbeat_many": "heartbeat_many(tokens, lease) renews a batch of leases in one round trip",
 }
 """Capabilities a driver may declare in ``capabilities``; scenarios skip by these.
 
 Callers (the worker) decide by these names alone, never by a method's signature. The
 front door offers ``ack_many(..., landed_only=True)`` on every driver (answered from
-full acks where the store lacks ``ack_landed_only``, so it is no faster there), and
+full acks where the store lacks ``ack_landed_only``, so it is no faster there) and
+``heartbeat_many`` (one ``heartbeat`` per token where the store lacks ``heartbeat_many``), and
 refuses with ``JC_NOT_SUPPORTED``, writing nothing: ``claim(start=False)`` and ``start``
 without ``deferred_start``, a transaction handle (``connection=``, ``session=``) without
 ``transactional_enqueue``, ``depends_on=`` without ``dependencies``."""
@@ -425,6 +428,28 @@ class LandedAcks(Protocol):
 
     @overload
     def ack_many(self, items: Iterable[tuple[ClaimToken, Any]], *, landed_only: Literal[True]) -> list[bool]: ...
+
+
+class BatchHeartbeats(Protocol):
+    """``heartbeat_many``: every front door takes it; a driver declaring the ``heartbeat_many``
+    capability renews the whole batch in one round trip (a few on MongoDB), where one call
+    per token would take a worker holding hundreds of jobs on a far-away store a round trip
+    each, every ``heartbeat_interval``.
+    """
+
+    def heartbeat_many(self, tokens: Iterable[ClaimToken], lease: Duration) -> list[bool]:
+        """:meth:`JobDriver.heartbeat` for each token, answered in input order (L01-L04).
+
+        Each token is fenced on its own, exactly as ``heartbeat`` fences it: a current one
+        moves its job's lease to ``now + lease`` and answers ``True``, any other answers
+        ``False`` and changes nothing; a token given twice answers twice. A ``lease`` that
+        is not a positive finite duration, or an item that is not a :class:`ClaimToken`,
+        refuses the whole batch (``JC_OPTION_INVALID``) and nothing is written. On
+        PostgreSQL, rows another session holds locked past the settle bound raise
+        :class:`~jobcore.errors.BackendLocked` once the batch's other items were renewed
+        (its ``answers`` and ``locked`` say which), as ``start`` and ``ack_many`` do.
+        """
+        ...
 
 
 class DeferredStart(Protocol):

@@ -338,15 +338,16 @@ class BackendLocked(BackendTimeout):
     """Another session holds a lock the call needs (an open transaction holding a job's row,
     or the jobs table), and the call did not wait for it past a short bound.
 
-    The PostgreSQL driver's worker verbs (``heartbeat``, ``progress``, ``start``, ``ack``,
-    ``ack_many``, ``nack``) wait at most ``SETTLE_LOCK_WAIT`` on a row another session
-    holds, so one locked job never holds back a worker's other jobs; a server's
-    ``lock_timeout`` raises it from any call. Nothing of a locked job changed.
+    The PostgreSQL driver's worker verbs (``heartbeat``, ``heartbeat_many``, ``progress``,
+    ``start``, ``ack``, ``ack_many``, ``nack``) wait at most ``SETTLE_LOCK_WAIT`` on a row
+    another session holds, so one locked job never holds back a worker's other jobs; a
+    server's ``lock_timeout`` raises it from any call. Nothing of a locked job changed.
 
     Attributes:
-        answers: For a batch (``ack_many``, ``start``): the answers, in input order, of the
-            items that were not locked (they were carried out); a locked item answers as
-            one that did not land. ``None`` when nothing of the call was carried out.
+        answers: For a batch (``ack_many``, ``start``, ``heartbeat_many``): the answers, in
+            input order, of the items that were not locked (they were carried out); a locked
+            item answers as one that did not land. ``None`` when nothing of the call was
+            carried out.
         locked: The input positions of the items whose rows were locked; every position
             when ``answers`` is ``None``.
     """

@@ -320,7 +320,7 @@ def check_progress(value: object, message: object) -> tuple[float | None, str | 
 
 
 def check_tokens(values: object) -> list[ClaimToken]:
-    """A batch of :class:`ClaimToken` (``start``); any other item refuses the whole batch."""
+    """A batch of :class:`ClaimToken` (``start``, ``heartbeat_many``); any other item refuses the whole batch."""
     if isinstance(values, str | bytes | ClaimToken) or not isinstance(values, Iterable):
         raise OptionInvalid(
             f"tokens must be a list of ClaimToken, got {type(values).__name__}", "pass [claimed.token, ...]"

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobcore import validate as v
-from jobcore.driver import Introspector, JobDriver, LeaseStore, ScheduleStore
+from jobcore.driver import BatchHeartbeats, Introspector, JobDriver, LeaseStore, ScheduleStore
 from jobcore.errors import JobcoreError
 from jobcore.records import ClaimToken, Job, JobFilter, JobSpec, JobState, RetentionPolicy, Schedule
 
@@ -390,20 +390,24 @@ def test_E05_one_junk_spec_refuses_the_whole_batch(world: World, position: int, 
 
 
 @WIDE_SETTINGS
-@given(token=tokens_with_junk, verb=st.sampled_from(["heartbeat", "progress", "ack", "ack_many", "nack"]))
+@given(
+    token=tokens_with_junk,
+    verb=st.sampled_from(["heartbeat", "heartbeat_many", "progress", "ack", "ack_many", "nack"]),
+)
 def test_L03_tokens_with_junk_inside_match_nothing_and_never_raise(world: World, token: ClaimToken, verb: str) -> None:
     """A ClaimToken no claim handed out, whatever its fields hold, is answered False/None like a stale one."""
     world.prepare()
     before = world.snapshot()
     calls: dict[str, Callable[[], Any]] = {
         "heartbeat": lambda: world.driver.heartbeat(token, 30),
+        "heartbeat_many": lambda: cast(BatchHeartbeats, world.driver).heartbeat_many([token, token], 30),
         "progress": lambda: world.driver.progress(token, 0.5, "half"),
         "ack": lambda: world.driver.ack(token, {"ok": 1}),
         "ack_many": lambda: world.driver.ack_many([(token, None), (token, 1)]),
         "nack": lambda: world.driver.nack(token, "boom", fail=True),
     }
     answer = calls[verb]()
-    assert answer in (False, None, [None, None]), f"{verb} with {token!r:.120} answered {answer!r:.120}"
+    assert answer in (False, None, [None, None], [False, False]), f"{verb} with {token!r:.120} answered {answer!r:.120}"
     assert world.snapshot() == before, f"{verb} with {token!r:.120} wrote to the store"
 
 

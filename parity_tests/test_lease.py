@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -12,7 +12,7 @@ from jobcore.parity._support import LEASE, all_jobs, claim_one, refused, togethe
 
 from jobcore import validate as v
 from jobcore.clock import ManualClock
-from jobcore.driver import JobDriver
+from jobcore.driver import BatchHeartbeats, JobDriver
 from jobcore.records import JobState
 
 # --- L01 ------------------------------------------------------------------------------
@@ -110,6 +110,40 @@ def test_L01_a_worker_cannot_renew_a_job_another_holds(driver: JobDriver, clock:
     assert driver.heartbeat(own, 600) is True
     clock.advance(seconds=5)  # w2's lease lapses on time; w1 renewed its own
     assert claim_one(driver, worker="w3").job.id == theirs.id
+
+
+def _batch(driver: JobDriver) -> BatchHeartbeats:
+    return cast(BatchHeartbeats, driver)
+
+
+def test_L01_heartbeat_many_renews_each_current_token(driver: JobDriver, clock: ManualClock) -> None:
+    """A batch renews each current token (a late one too), answers False, changing nothing, for any other."""
+    # Superseded, settled and forged tokens answer False; a token given twice answers twice.
+    for n in range(5):
+        driver.enqueue("a", payload=n, max_attempts=5)
+    live = driver.claim(["default"], worker_id="w1", limit=2, lease=10).claimed
+    late = claim_one(driver, worker="w1", lease=2)
+    done = claim_one(driver, worker="w1", lease=10)
+    lapsed = claim_one(driver, worker="w1", lease=1)
+    assert driver.ack(done.token) is not None
+    clock.advance(seconds=1.5)  # lapsed's lease ran out: w2 takes it over
+    assert claim_one(driver, worker="w2", lease=600).job.id == lapsed.job.id
+    superseded = lapsed.token
+    clock.advance(seconds=1)  # now late's ran out too, and nothing reclaimed it
+    forged = attrs.evolve(live[0].token, worker_id="w9")
+    untouched = {c.job.id: driver.introspect.get(c.job.id) for c in (done, lapsed)}
+    tokens = [live[0].token, superseded, live[1].token, done.token, late.token, forged, live[0].token]
+    assert _batch(driver).heartbeat_many(tokens, timedelta(seconds=40)) == [True, False, True, False, True, False, True]
+    for claimed in (*live, late):
+        got = driver.introspect.get(claimed.job.id)
+        assert got is not None
+        assert (got.state, got.worker_id, got.lease_expires_at) == (
+            JobState.RUNNING, "w1", clock.now() + timedelta(seconds=40),
+        )
+    assert {job_id: driver.introspect.get(job_id) for job_id in untouched} == untouched
+    assert _batch(driver).heartbeat_many([], 40) == []
+    clock.advance(seconds=30)  # the renewed leases still run: nothing is reclaimed
+    assert driver.claim(["default"], worker_id="w3", limit=10, lease=LEASE).claimed == ()
 
 
 # --- L02 ------------------------------------------------------------------------------
@@ -358,6 +392,26 @@ def test_L04_refused_even_for_a_stale_token(driver: JobDriver) -> None:
     driver.ack(token)
     with refused("JC_OPTION_INVALID"):
         driver.heartbeat(token, -1)
+
+
+def test_L04_heartbeat_many_refuses_the_whole_batch(driver: JobDriver) -> None:
+    """A bad lease or one item that is not a ClaimToken refuses the whole batch; no lease moves."""
+    # The lease is checked even for stale tokens, as heartbeat checks it.
+    job = driver.enqueue("a")
+    token = claim_one(driver, lease=10).token
+    before = driver.introspect.get(job.id)
+    for lease in (0, math.nan, True, "10", None, v.MAX_LEASE + timedelta(seconds=1)):
+        with refused("JC_OPTION_INVALID"):
+            _batch(driver).heartbeat_many([token], lease)
+    for junk in (None, "1", 7, ("1", "w", 1)):
+        with refused("JC_OPTION_INVALID"):
+            _batch(driver).heartbeat_many([token, junk], 60)
+    with refused("JC_OPTION_INVALID"):
+        _batch(driver).heartbeat_many(token, 60)  # one token, not a batch of them
+    assert driver.introspect.get(job.id) == before
+    assert driver.ack(token) is not None
+    with refused("JC_OPTION_INVALID"):
+        _batch(driver).heartbeat_many([token], -1)
 
 
 @pytest.mark.parametrize("token", [None, "1", ("1", "w", 1)], ids=["none", "str", "tuple"])

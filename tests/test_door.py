@@ -53,6 +53,10 @@ class Recording:
         self.calls.append(("heartbeat", (token, lease)))
         return True
 
+    def heartbeat_many(self, tokens: list[ClaimToken], lease: timedelta) -> list[bool]:
+        self.calls.append(("heartbeat_many", (tokens, lease)))
+        return [token.job_id == "1" for token in tokens]
+
     def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
         self.calls.append(("progress", (token, value, message)))
         return True
@@ -115,6 +119,8 @@ JUNK: list[tuple[str, Callable[[FrontDoor], object]]] = [
     ("heartbeat token", lambda d: d.heartbeat("token", 5)),  # type: ignore[arg-type]
     ("heartbeat lease", lambda d: d.heartbeat(TOKEN, float("nan"))),
     ("start tokens", lambda d: d.start([TOKEN, "x"])),  # type: ignore[list-item]
+    ("heartbeat_many tokens", lambda d: d.heartbeat_many([TOKEN, "x"], 5)),  # type: ignore[list-item]
+    ("heartbeat_many lease", lambda d: d.heartbeat_many([TOKEN], 0)),
     ("progress token", lambda d: d.progress("token", 0.5)),  # type: ignore[arg-type]
     ("progress above 1", lambda d: d.progress(TOKEN, 1.01)),
     ("progress below 0", lambda d: d.progress(TOKEN, -0.1)),
@@ -225,6 +231,23 @@ def test_landed_only_goes_to_a_backend_declaring_it() -> None:
     backend = Recording(frozenset({"ack_landed_only"}))
     assert FrontDoor(backend).ack_many([(TOKEN, None)], landed_only=True) == [True]
     assert backend.calls == [("ack_many", ([(TOKEN, None)], True))]
+
+
+def test_heartbeat_many_is_one_heartbeat_per_token_without_the_capability() -> None:
+    """A backend without heartbeat_many is never asked for it (it may have one of another
+    contract); the door sends its heartbeats one by one, in order."""
+    backend = Recording(frozenset())
+    answers = FrontDoor(backend).heartbeat_many([TOKEN, OTHER], 5)
+    assert answers == [True, True]
+    assert backend.calls == [("heartbeat", (TOKEN, timedelta(seconds=5))), ("heartbeat", (OTHER, timedelta(seconds=5)))]
+
+
+def test_heartbeat_many_goes_to_a_backend_declaring_it_in_one_call() -> None:
+    backend = Recording(frozenset({"heartbeat_many"}))
+    door = FrontDoor(backend)
+    assert door.heartbeat_many([TOKEN, OTHER, TOKEN], 5) == [True, False, True]
+    assert door.heartbeat_many([], 5) == []
+    assert backend.calls == [("heartbeat_many", ([TOKEN, OTHER, TOKEN], timedelta(seconds=5)))]
 
 
 def test_progress_on_a_backend_without_the_verb_is_not_supported() -> None:

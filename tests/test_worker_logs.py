@@ -21,6 +21,7 @@ from jobcore import Registry, Worker
 from jobcore.backoff import Backoff
 from jobcore.errors import BackendUnavailable, InvalidInput, JobcoreError
 from jobcore.records import JobState
+from jobcore.worker._leases import FIRST_RENEWAL_BATCH
 
 WORKER_LOGGER = "jobcore.worker"
 
@@ -216,18 +217,47 @@ def test_a_rescue_sweep_the_store_cannot_answer_is_logged_like_a_failed_claim(
     assert sweeps[2:] == [("ERROR", "rescue sweep failed")]
 
 
-class _SlowHeartbeats(MemoryDriver):
-    """A store that answers every renewal, 30 ms after it is asked."""
+class _SlowRenewals(MemoryDriver):
+    """A store that takes 30 ms per lease it renews, alone or in a batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
 
     def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
         time.sleep(0.03)
         return super().heartbeat(*args, **kwargs)
 
+    def heartbeat_many(self, tokens: Any, lease: Any) -> list[bool]:
+        tokens = list(tokens)
+        self.batches.append(len(tokens))
+        time.sleep(0.03 * len(tokens))
+        return super().heartbeat_many(tokens, lease)
 
-def _hold_twenty(
-    driver: MemoryDriver, caplog: pytest.LogCaptureFixture, *, until: str | None,
+
+class _FarAway(MemoryDriver):
+    """A store 30 ms away: every renewal call takes 30 ms, whatever its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("heartbeat", 1))
+        time.sleep(0.03)
+        return super().heartbeat(*args, **kwargs)
+
+    def heartbeat_many(self, tokens: Any, lease: Any) -> list[bool]:
+        tokens = list(tokens)
+        self.calls.append(("heartbeat_many", len(tokens)))
+        time.sleep(0.03)
+        return super().heartbeat_many(tokens, lease)
+
+
+def _hold(
+    driver: MemoryDriver, caplog: pytest.LogCaptureFixture, *, until: str | None, jobs: int = 20,
 ) -> tuple[Worker, list[str]]:
-    """One worker (lease 1 s) running twenty jobs that wait, until it logs a warning containing
+    """One worker (lease 1 s) running ``jobs`` jobs that wait, until it logs a warning containing
     ``until`` (None: no waiting for one), then 1.5 s more (four rounds of renewals); answers the
     worker, its jobs done, and what its logger warned."""
     registry, release = Registry(), threading.Event()
@@ -236,8 +266,8 @@ def _hold_twenty(
     def long(payload: int) -> None:
         release.wait(10)
 
-    long.enqueue_many(list(range(20)), driver=driver)
-    worker = Worker(["default"], driver=driver, registry=registry, concurrency=20, lease=1, prefetch=0,
+    long.enqueue_many(list(range(jobs)), driver=driver)
+    worker = Worker(["default"], driver=driver, registry=registry, concurrency=jobs, lease=1, prefetch=0,
                     poll_interval=0.01, rescue_interval=None, summary_interval=None)
     with caplog.at_level(logging.WARNING, logger=WORKER_LOGGER):
         worker.start()
@@ -252,23 +282,67 @@ def _hold_twenty(
     return worker, [r.getMessage() for r in caplog.records if r.name == WORKER_LOGGER]
 
 
+def _one_by_one(driver: MemoryDriver) -> MemoryDriver:
+    driver.capabilities = driver.capabilities - {"heartbeat_many"}
+    return driver
+
+
+@pytest.mark.parametrize(
+    ("make", "how"),
+    [
+        (_SlowRenewals, "in heartbeat_many batches"),
+        (lambda: _one_by_one(_SlowRenewals()), "one call at a time (this driver has no heartbeat_many)"),
+    ],
+    ids=["batched", "one-by-one"],
+)
 def test_a_round_of_renewals_past_half_of_lease_minus_margin_is_warned_about_once(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, make: Any, how: str,
 ) -> None:
-    """Twenty running jobs renewed one by one at 30 ms each take 0.6 s, past half of lease - margin
-    (0.4 s of a 1 s lease): the worker says so once (not every round), naming what to change."""
-    _worker, warned = _hold_twenty(_SlowHeartbeats(), caplog, until="renewing")
+    """Twenty running jobs on a store taking 30 ms per renewed lease take 0.6 s a round, past half
+    of lease - margin (0.4 s of a 1 s lease): the worker says so once (not every round), naming
+    how it renewed them and what to change."""
+    _worker, warned = _hold(make(), caplog, until="renewing")
     said = [message for message in warned if "renewing" in message]
     assert len(said) == 1, said
     found = re.match(r"renewing (\d+) leases took ([0-9.]+)s", said[0])
     assert found is not None, said[0]
     assert int(found[1]) > 13  # most of the twenty due in one round, 30 ms each
     assert float(found[2]) > 0.4
-    assert "more than half of lease - margin (0.8s)" in said[0]
+    assert "more than half of lease - margin (0.8s), " + how in said[0]
     assert "lower concurrency (and prefetch) or lengthen the lease" in said[0]
 
 
 def test_quick_renewals_say_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    worker, warned = _hold_twenty(MemoryDriver(), caplog, until=None)
+    worker, warned = _hold(MemoryDriver(), caplog, until=None)
     assert worker.counts["completed"] == 20
     assert warned == []
+
+
+def test_a_far_away_store_renews_forty_leases_in_one_call_a_round(caplog: pytest.LogCaptureFixture) -> None:
+    """Forty jobs held on a store 30 ms away: one by one a round would take 1.2 s, past lease -
+    margin (0.8 s), and handlers would be called off while the store answers. In batches each
+    round is one call, the leases of every claim together: every job completes, none is lost,
+    nothing is warned."""
+    driver = _FarAway()
+    worker, warned = _hold(driver, caplog, until=None, jobs=40)
+    assert (worker.counts["completed"], worker.counts["lost"]) == (40, 0)
+    assert warned == []
+    batches = [size for verb, size in driver.calls if verb == "heartbeat_many"]
+    assert sum(batches) >= 3 * 40  # every lease renewed every lease / 3, for 1.5 s and more
+    assert batches[-1] == 40  # the claims' groups, due a moment apart, renewed in one call
+    assert len(batches) * 10 <= sum(batches)
+    assert sum(size for verb, size in driver.calls if verb == "heartbeat") < len(batches)  # a lone due lease only
+
+
+def test_on_a_store_slow_per_lease_renewal_calls_shrink_to_a_tenth_of_the_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """30 ms per renewed lease against a 1 s lease: after the first call (sized before anything
+    was measured) each heartbeat_many carries the three that fit in 0.1 s, so no lease waits
+    behind a long batch. (Twenty such renewals take 0.6 s, more than the 0.47 s left of lease -
+    margin after the first falls due: some leases are lost however they are sent.)"""
+    driver = _SlowRenewals()
+    _hold(driver, caplog, until=None)
+    assert driver.batches[0] == FIRST_RENEWAL_BATCH
+    assert len(driver.batches) > 5
+    assert max(driver.batches[1:]) <= 3, driver.batches

@@ -81,11 +81,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "            for token, text in items:\n                row = self._rows.get(_seq_of(token.job_id) or 0)\n",
        (f"{PT}/test_settle.py", "-k", "S07"), "memory", "ack_many settles whatever job the token names (S07)"),
     Mutant("mem-heartbeat-unfenced", MEM_JOBS,
-       "            row = self._current(token)\n            if row is None:\n                return False\n"
-       "            row.lease_expires_at",
-       "            row = self._rows.get(_seq_of(token.job_id) or 0)\n"
-       "            if row is None or row.state is not RUNNING:\n"
-       "                return False\n            row.lease_expires_at",
+       "                row = self._current(token)\n                if row is not None:\n"
+       "                    row.lease_expires_at = expires",
+       "                row = self._rows.get(_seq_of(token.job_id) or 0)\n"
+       "                if row is not None and row.state is not RUNNING:\n                    row = None\n"
+       "                if row is not None:\n                    row.lease_expires_at = expires",
        (f"{PT}/test_lease.py",), "memory", "heartbeat renews any running job by id (L01-L03)"),
     Mutant("mem-progress-unfenced", MEM_JOBS,
        "            row = self._current(token)\n            if row is None:\n                return False\n"
@@ -144,6 +144,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "  AND j.id = %(id)s AND j.state = {_RUNNING} AND %(worker)s::text IS NOT NULL"
        " AND %(claim_no)s::bigint IS NOT NULL\nRETURNING j.id",
        (f"{PT}/test_lease.py",), "postgres", "heartbeat renews any running job by id (L01-L03)"),
+    Mutant("pg-heartbeat-many-unfenced", PG,
+       "UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms(\"lease_ms\")}\nFROM {_TOKENS}\nWHERE {_FENCED}\n",
+       "UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms(\"lease_ms\")}\nFROM {_TOKENS}\n"
+       "WHERE j.id = ANY({_IDS}) AND j.id = (t.item->>0)::bigint AND j.state = {_RUNNING}\n",
+       (f"{PT}/test_lease.py", "-k", "heartbeat_many"), "postgres",
+       "a batch of heartbeats renews any running job by id (L01-L03)"),
     Mutant("pg-heartbeat-ignores-claim-no", PG,
        " AND j.claim_no = %(claim_no)s\nRETURNING j.id", " AND %(claim_no)s::bigint IS NOT NULL\nRETURNING j.id",
        (f"{PT}/test_lease.py",), "postgres", "a heartbeat of an earlier claim of the same worker lands (L02)"),
@@ -218,6 +224,11 @@ MUTANTS: tuple[Mutant, ...] = (
        " {\"$set\": {\"lease_expires_at\"",
        (f"{PT}/test_lease.py", "-k", "L01_only_the_exact or L02_superseded or L03_retried"), "mongo",
        "heartbeat renews any running job by id (L01-L03)"),
+    Mutant("mongo-heartbeat-many-unfenced", MONGO,
+       "        ops = [UpdateOne(fence, update) for fence in fences if fence is not None]",
+       "        ops = [UpdateOne({\"_id\": fence[\"_id\"], \"state\": RUNNING}, update) for fence in fences if fence]",
+       (f"{PT}/test_lease.py", "-k", "heartbeat_many"), "mongo",
+       "a batch of heartbeats (or starts) renews any running job by id (L01-L03)"),
     Mutant("mongo-dead-letter-ignored", MONGO,
        "\"state\": {\"$cond\": [final, DEAD if dead_letter else FAILED, SCHEDULED]},",
        "\"state\": {\"$cond\": [final, DEAD, SCHEDULED]},",

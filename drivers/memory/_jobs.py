@@ -156,7 +156,9 @@ class MemoryJobs:
         clock: Source of "now"; the store's clock for every decision (F01).
     """
 
-    capabilities = frozenset({"notify", "finish_notify", "ack_landed_only", "deferred_start", "dependencies"})
+    capabilities = frozenset(
+        {"notify", "finish_notify", "ack_landed_only", "deferred_start", "dependencies", "heartbeat_many"}
+    )
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -477,13 +479,19 @@ class MemoryJobs:
             return ClaimResult(claimed=tuple(claimed), buried=tuple(buried))
 
     def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
+        return self.heartbeat_many([token], lease)[0]
+
+    def heartbeat_many(self, tokens: list[ClaimToken], lease: timedelta) -> list[bool]:
         with self._lock:
-            row = self._current(token)
-            if row is None:
-                return False
-            row.lease_expires_at = to_millis(self._now() + lease)
-            heapq.heappush(self._leases.setdefault(row.queue, []), (row.lease_expires_at, row.seq, row.claim_no))
-            return True
+            expires = to_millis(self._now() + lease)
+            answers = []
+            for token in tokens:
+                row = self._current(token)
+                if row is not None:
+                    row.lease_expires_at = expires
+                    heapq.heappush(self._leases.setdefault(row.queue, []), (expires, row.seq, row.claim_no))
+                answers.append(row is not None)
+            return answers
 
     def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:
         with self._lock:

@@ -342,18 +342,36 @@ class AsyncMongoJobs:
 
     @translated_async
     async def start(self, tokens: list[ClaimToken]) -> list[bool]:
-        """See :meth:`jobcore.driver.DeferredStart.start`.
+        """See :meth:`jobcore.driver.DeferredStart.start`: :meth:`_each_fenced`."""
+        if not tokens:
+            return []
+        return await self._each_fenced(tokens, [_started(await self._d._now())])
+
+    @translated_async
+    async def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
+        fence = _fence(token)
+        if fence is None:
+            return False
+        expires = to_millis(await self._d._now() + lease)
+        found = await self._jobs.update_one(fence, {"$set": {"lease_expires_at": expires}})
+        return found.matched_count == 1
+
+    @translated_async
+    async def heartbeat_many(self, tokens: list[ClaimToken], lease: timedelta) -> list[bool]:
+        """See :meth:`jobcore.driver.BatchHeartbeats.heartbeat_many`: :meth:`_each_fenced`."""
+        expires = to_millis(await self._d._now() + lease)
+        return await self._each_fenced(tokens, {"$set": {"lease_expires_at": expires}})
+
+    async def _each_fenced(self, tokens: list[ClaimToken], update: Doc | list[Doc]) -> list[bool]:
+        """``update`` on each current token's job: ``True`` per token it matched, in input order.
 
         One fenced update per token, sent as one bulk write. Its matched count answers
         the batch outright when every token or none matched; otherwise one read of the
         fence fields tells which tokens are current. A token current at that read was
         current when its update ran (a token never becomes current again), so its
-        attempt started; one superseded in between answers ``False``, as it would a
+        update landed; one superseded in between answers ``False``, as it would a
         moment later anyway.
         """
-        if not tokens:
-            return []
-        update = [_started(await self._d._now())]
         fences = [_fence(token) for token in tokens]
         ops = [UpdateOne(fence, update) for fence in fences if fence is not None]
         if not ops:
@@ -369,15 +387,6 @@ class AsyncMongoJobs:
             async for doc in self._jobs.find({"_id": {"$in": ids}, "state": RUNNING}, {"worker_id": 1, "claim_no": 1})
         }
         return [f is not None and (f["_id"], f["worker_id"], f["claim_no"]) in current for f in fences]
-
-    @translated_async
-    async def heartbeat(self, token: ClaimToken, lease: timedelta) -> bool:
-        fence = _fence(token)
-        if fence is None:
-            return False
-        expires = to_millis(await self._d._now() + lease)
-        found = await self._jobs.update_one(fence, {"$set": {"lease_expires_at": expires}})
-        return found.matched_count == 1
 
     @translated_async
     async def progress(self, token: ClaimToken, value: float | None, message: str | None) -> bool:

@@ -59,7 +59,7 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds to open one connection, by default (F07)."""
 CLOCK_READ_BOUND = 2.0
 """Seconds one reading of the server's clock may take (F01, F07)."""
-_BASE_CAPABILITIES = frozenset({"shared_store", "ack_landed_only", "deferred_start"})
+_BASE_CAPABILITIES = frozenset({"shared_store", "ack_landed_only", "deferred_start", "heartbeat_many"})
 """What every server offers the driver, before ``hello`` tells more (see :func:`capabilities_of`)."""
 
 _S = TypeVar("_S", bound="MongoStore")
@@ -450,7 +450,7 @@ def capabilities_of(hello: Doc) -> frozenset[str]:
         extra.update(("notify", "finish_notify"))
     if (replica and wire >= 7) or (mongos and wire >= 8):
         extra.add("transactional_enqueue")
-    return frozenset({"shared_store", "ack_landed_only", "deferred_start", "dependencies", *extra})
+    return frozenset({"shared_store", "ack_landed_only", "deferred_start", "dependencies", "heartbeat_many", *extra})
 
 
 def _bounded_options(uri: str, call: float, connect: float, pool_max: int = DEFAULT_POOL_MAX) -> dict[str, Any]:

@@ -49,7 +49,7 @@ an ack batch of 300 results of 1 MiB each (results may be up to ``MAX_PAYLOAD_BY
 whole on every try, and the worker's retries of it too, until it gave up and every job of it
 ran again."""
 _CAPABILITIES = frozenset({
-    "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start", "dependencies",
+    "shared_store", "transactional_enqueue", "ack_landed_only", "deferred_start", "dependencies", "heartbeat_many",
 })
 _ENDED_OTHERWISE = frozenset({"failed", "dead", "cancelled"})
 
@@ -315,26 +315,42 @@ class PostgresJobs:
             raise _one_locked(exc, token, "its progress was not stored") from exc.__cause__
         return bool(rows)
 
+    def heartbeat_many(self, tokens: list[ClaimToken], lease: timedelta) -> list[bool]:
+        """Renew a batch of leases in one statement: see :class:`~jobcore.driver.BatchHeartbeats`."""
+        d = self._d
+        # Retried like heartbeat: renewing twice is harmless, and a lost reply's retry answers again.
+        return self._each_fenced(
+            tokens, d.q.HEARTBEAT_MANY, d.q.HEARTBEAT_MANY_FREE, {"lease_ms": lease // _MS}, "not renewed",
+        )
+
     def start(self, tokens: list[ClaimToken]) -> list[bool]:
         """Start held attempts (F04): see :class:`~jobcore.driver.DeferredStart`."""
+        d = self._d
+        # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
+        return self._each_fenced(tokens, d.q.START, d.q.START_FREE, {}, "not started")
+
+    def _each_fenced(
+        self, tokens: list[ClaimToken], query: bytes, free: bytes, extra: dict[str, Any], outcome: str,
+    ) -> list[bool]:
+        """Run ``query`` (its ``free`` twin past a locked row) on each current token of the batch,
+        retried: ``True`` per token whose row it changed, a token given twice answering twice."""
         d = self._d
         answers = [False] * len(tokens)
         items, where = _fenced(tokens)
         if not items:
             return answers
-        params = {"items": json.dumps(items), "now": d._now()}
+        params = {"items": json.dumps(items), "now": d._now(), **extra}
         locked: list[int] = []
         try:
-            # Retried like heartbeat: starting twice is harmless, and a lost reply's retry answers again.
-            rows = d._fetch(d.q.START, params, retry=True)
+            rows = d._fetch(query, params, retry=True)
         except BackendLocked:
-            rows, locked = self._past_locks(d.q.START_FREE, params, len(items))
+            rows, locked = self._past_locks(free, params, len(items))
         for (ordinal, *_) in rows:
             for index in where[ordinal - 1]:
                 answers[index] = True
         if locked:
             at = tuple(index for ordinal in locked for index in where[ordinal - 1])
-            raise _batch_locked([items[o - 1][0] for o in locked], "not started", answers, at)
+            raise _batch_locked([items[o - 1][0] for o in locked], outcome, answers, at)
         return answers
 
     def ack_many(self, items: list[tuple[ClaimToken, str | None]], landed_only: bool) -> list[Any]:

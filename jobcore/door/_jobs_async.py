@@ -71,6 +71,14 @@ class AsyncJobsBackend(Protocol):
             :meth:`insert` may receive (``psycopg.Connection``, pymongo's ``ClientSession``);
             the door refuses anything else (``JC_OPTION_INVALID``).
 
+    Optional, declared by the ``heartbeat_many`` capability: ``heartbeat_many(tokens, lease) ->
+    list[bool]`` (awaited) is :meth:`heartbeat` for each of ``tokens`` (checked, never empty),
+    answered in input order, in one round trip (or a few); a token given twice answers twice.
+    Rows another session holds past the settle bound raise
+    :class:`~jobcore.errors.BackendLocked` with ``answers``/``locked`` once the others were
+    renewed, as :meth:`start` does. Without the capability the door sends one :meth:`heartbeat`
+    per token.
+
     Optional, declared by the ``finish_notify`` capability: ``watch(seq, wake) -> Subscription`` (awaited)
     calls ``wake()`` when job ``seq`` may have finished (A02), until the answer's
     ``close()``. From the moment it returns, every settle that finishes the job (ack, a
@@ -326,6 +334,19 @@ class AsyncFrontDoor:
     async def heartbeat(self, token: ClaimToken, lease: Duration) -> bool:
         """See :meth:`jobcore.driver.JobDriver.heartbeat`."""
         return await self._backend.heartbeat(v.check_token(token), v.check_lease(lease))
+
+    async def heartbeat_many(self, tokens: Iterable[ClaimToken], lease: Duration) -> list[bool]:
+        """See :meth:`jobcore.driver.BatchHeartbeats.heartbeat_many`.
+
+        Without the backend's ``heartbeat_many``, one :meth:`heartbeat` per token.
+        """
+        checked, span = v.check_tokens(tokens), v.check_lease(lease)
+        if not checked:
+            return []
+        if "heartbeat_many" in self.capabilities:
+            answers: list[bool] = await cast(Any, self._backend).heartbeat_many(checked, span)
+            return answers
+        return [await self._backend.heartbeat(token, span) for token in checked]
 
     async def progress(self, token: ClaimToken, value: float | None = None, message: str | None = None) -> bool:
         """See :meth:`jobcore.driver.JobDriver.progress`."""

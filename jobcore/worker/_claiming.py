@@ -72,6 +72,30 @@ def claim_cost(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
     return per_job, max(0.0, mean_took - per_job * mean_jobs)
 
 
+class BatchSizer:
+    """How many items a batched store call (a claim, a round's renewals) should carry to answer
+    within a time budget, from what the last :data:`CLAIM_SAMPLES` such calls took."""
+
+    def __init__(self) -> None:
+        self._seen: collections.deque[tuple[int, float]] = collections.deque(maxlen=CLAIM_SAMPLES)
+
+    def after(self, size: int, took: float, budget: float, wider: float) -> int:
+        """The most items for the next call, after one of ``size`` items took ``took`` seconds.
+
+        As many as fit in ``budget`` seconds at the store's cost per item, beside its cost per
+        call whatever the size (:func:`claim_cost`); never below 1 nor above
+        ``MAX_CLAIM_BATCH``. A store whose cost per call alone passes ``budget`` (a far-away
+        one) is given ``wider`` instead: a smaller call would not be quicker.
+        """
+        self._seen.append((size, took))
+        per_item, per_call = claim_cost(self._seen)
+        if per_item <= 0:
+            return v.MAX_CLAIM_BATCH
+        if per_call >= budget:
+            budget = wider
+        return max(1, min(v.MAX_CLAIM_BATCH, int((budget - per_call) / per_item)))
+
+
 CONCURRENCY_RETRY = 1.0
 """Seconds (jittered) before a job held back by its concurrency limit is offered again."""
 
@@ -141,7 +165,7 @@ class Claimer:
         self._marks: queue_mod.SimpleQueue[Attempt | Stop] = queue_mod.SimpleQueue()  # starts to record (F04)
         self.claim_rtt = 0.0  # seconds per claim round trip (moving average)
         self.claim_cap = v.MAX_CLAIM_BATCH  # most jobs the next claim asks for (next_cap)
-        self._claims: collections.deque[tuple[int, float]] = collections.deque(maxlen=CLAIM_SAMPLES)
+        self._sizer = BatchSizer()
 
     # -- the claim loop --------------------------------------------------------------
 
@@ -214,14 +238,8 @@ class Claimer:
         """
         if not got:
             return self.claim_cap
-        self._claims.append((got, took))
-        per_job, per_claim = claim_cost(self._claims)
-        if per_job <= 0:
-            return v.MAX_CLAIM_BATCH
-        budget = CLAIM_BUDGET * self._w._lease_s
-        if per_claim >= budget:
-            budget = self._w.heartbeat_interval
-        return max(1, min(v.MAX_CLAIM_BATCH, int((budget - per_claim) / per_job)))
+        w = self._w
+        return self._sizer.after(got, took, CLAIM_BUDGET * w._lease_s, w.heartbeat_interval)
 
     def backlog_target(self) -> int:
         """Jobs to hold claimed beyond the free slots: what the slots run in two claim round trips.

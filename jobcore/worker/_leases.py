@@ -16,11 +16,13 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from jobcore import events
+from jobcore.driver import BatchHeartbeats
 from jobcore.errors import BackendLocked, JobTimeout, NotSupported
 from jobcore.worker._attempt import KEPT, RENEWED, TO_SETTLE, Attempt, AttemptStatus, end_span
+from jobcore.worker._claiming import BatchSizer
 from jobcore.worker._execution import error_type, handler_error
 from jobcore.worker._settling import RETRY_CAP
 
@@ -28,6 +30,23 @@ if TYPE_CHECKING:
     from jobcore.worker import Worker
 
 S = AttemptStatus
+
+RENEWAL_BUDGET = 0.1
+"""Share of the lease one ``heartbeat_many`` call should take (:class:`~._claiming.BatchSizer`).
+Each of its leases counts as renewed from when the call was sent, so a call slow per lease it
+renews (a store that updates one document at a time) would make every lease in it wait for
+the whole batch; in smaller calls each waits only for its own."""
+
+FIRST_RENEWAL_BATCH = 4
+"""Leases in a worker's first ``heartbeat_many`` call, before the store's cost was measured.
+Too small costs a few round trips once; too large, on a store slow per lease, every lease of it."""
+
+RENEW_EARLY = 0.25
+"""Share of ``heartbeat_interval`` by which a lease may be renewed early, to go in the same
+``heartbeat_many`` call as the leases due now. Jobs claimed at different moments fall due at
+different moments; without it a worker holding many long jobs sent a call for each group,
+every interval. With it calls go out at most every quarter interval, each lease renewed
+every 0.75 to 1 interval (its row written up to a third more often)."""
 
 SLOW_ROUND_EVERY = 60.0
 """Seconds between two warnings that a round of renewals took too long (:meth:`Leases._check_round`)."""
@@ -44,6 +63,8 @@ class Leases:
         self.locked_rows: set[str] = set()
         """Jobs whose last renewal met their row locked by another session (said once each)."""
         self._slow_said = -SLOW_ROUND_EVERY  # when a slow round of renewals was last warned about
+        self.renewal_cap = FIRST_RENEWAL_BATCH  # most leases the next heartbeat_many renews
+        self._sizer = BatchSizer()
 
     def stop(self) -> None:
         """End the keeper and the beater."""
@@ -102,26 +123,49 @@ class Leases:
             self.keeper_wake.clear()
 
     def beater(self) -> None:
-        """Renew every lease this worker holds, each every ``heartbeat_interval`` (W01)."""
+        """Renew every lease this worker holds, each every ``heartbeat_interval`` (W01).
+
+        The leases due in a round go out in ``heartbeat_many`` calls where the driver offers
+        it (else one ``heartbeat`` each), each of as many leases as the store renews within
+        :data:`RENEWAL_BUDGET` of the lease (:attr:`renewal_cap`): all of them in one call on
+        a quick or far-away store, a few at a time on one slow per lease. Leases due within
+        :data:`RENEW_EARLY` of the interval go with them.
+        """
         w = self._w
         while not self.stopped:
             with w._attempts.lock:
                 attempts = list(w._attempts.active.values())
             next_wake = time.monotonic() + min(1.0, w.heartbeat_interval, w.progress_interval)
             round_began, renewed = time.monotonic(), 0
-            for attempt in attempts:
+            batched = "heartbeat_many" in w.driver.capabilities
+            early = w.heartbeat_interval * RENEW_EARLY if batched else 0.0
+            # Soonest due first; one that falls due while a long round goes on is renewed in it.
+            queue = sorted((a for a in attempts if a.status in RENEWED), key=lambda a: a.next_beat)
+            at = 0
+            while at < len(queue):
                 if w._killed or self.stopped:
                     return
+                now, size = time.monotonic(), self.renewal_cap if batched else 1
+                part: list[Attempt] = []
+                while at < len(queue) and len(part) < size and queue[at].next_beat <= now + early:
+                    if queue[at].status in RENEWED:  # one settled meanwhile is not renewed for nothing
+                        part.append(queue[at])
+                    at += 1
+                if not part:
+                    break
+                renewed += len(part)
+                try:
+                    self._beat(part)
+                except Exception:  # a bug here must not stop every other heartbeat
+                    part[0].log.exception(
+                        "heartbeat of job %s (and %d more) failed unexpectedly", part[0].job.id, len(part) - 1,
+                    )
+                    for attempt in part:
+                        attempt.next_beat = time.monotonic() + w.heartbeat_interval
+            for attempt in attempts:
                 if attempt.status in RENEWED:
-                    if time.monotonic() >= attempt.next_beat:
-                        renewed += 1
-                        try:
-                            self._beat(attempt)
-                        except Exception:  # a bug here must not stop every other heartbeat
-                            attempt.log.exception("heartbeat of job %s failed unexpectedly", attempt.job.id)
-                            attempt.next_beat = time.monotonic() + w.heartbeat_interval
                     next_wake = min(next_wake, attempt.next_beat)
-            self._check_round(renewed, time.monotonic() - round_began)
+            self._check_round(renewed, time.monotonic() - round_began, batched)
             # Progress after every renewal due: a slow progress write never delays a heartbeat of this round.
             for attempt in () if w._progress_off else attempts:
                 if attempt.ctx.progress_seq != attempt.progress_sent and attempt.status is S.RUNNING:
@@ -133,11 +177,11 @@ class Leases:
             self.beater_wake.wait(max(0.0, next_wake - time.monotonic()))
             self.beater_wake.clear()
 
-    def _check_round(self, renewed: int, took: float) -> None:
-        """Warn (at most every :data:`SLOW_ROUND_EVERY`) when renewing the leases one by one took
-        longer than the heartbeat interval and half of ``lease - margin``: each lease waits a
-        round for its renewal, and once a round passes ``lease - margin`` handlers are called
-        off while the store still answers."""
+    def _check_round(self, renewed: int, took: float, batched: bool) -> None:
+        """Warn (at most every :data:`SLOW_ROUND_EVERY`) when a round of renewals took longer
+        than the heartbeat interval and half of ``lease - margin``: each lease waits a round
+        for its renewal, and once a round passes ``lease - margin`` handlers are called off
+        while the store still answers."""
         w = self._w
         if renewed < 2 or took <= max(w.heartbeat_interval, (w._lease_s - w._margin_s) / 2):
             return
@@ -145,11 +189,15 @@ class Leases:
         if now - self._slow_said < SLOW_ROUND_EVERY:
             return
         self._slow_said = now
+        how = (
+            "in heartbeat_many batches" if batched
+            else "one call at a time (this driver has no heartbeat_many)"
+        )
         w.log.warning(
-            "renewing %d leases took %.2fs, more than half of lease - margin (%gs): a lease is renewed one "
-            "call at a time, and once a round passes lease - margin handlers are called off even while the "
-            "store answers; lower concurrency (and prefetch) or lengthen the lease",
-            renewed, took, w._lease_s - w._margin_s,
+            "renewing %d leases took %.2fs, more than half of lease - margin (%gs), %s: once a round passes "
+            "lease - margin handlers are called off even while the store answers; lower concurrency (and "
+            "prefetch) or lengthen the lease",
+            renewed, took, w._lease_s - w._margin_s, how,
         )
 
     def send_progress(self, attempt: Attempt) -> None:
@@ -175,33 +223,62 @@ class Leases:
                 attempt.progress_sent = -1  # not stored: send the latest again at the next chance
                 w._log_failure("progress", attempt.log)
 
-    def _beat(self, attempt: Attempt) -> None:
+    def _beat(self, attempts: list[Attempt]) -> None:
+        """Renew ``attempts``' leases: one ``heartbeat``, or one ``heartbeat_many`` for several
+        (whose time sizes the next such call). A row another session holds locked is said
+        once and tried again soon; a failed call is tried again soon (the keeper calls a
+        handler off if no renewal lands in time, F02)."""
         w = self._w
-        driver = w.driver
-        sent = w._timer()
+        sent, began = w._timer(), time.monotonic()
         try:
-            kept = driver.heartbeat(attempt.claimed.token, w.lease)
-        except BackendLocked as exc:
-            # Another session holds the row: nothing is wrong with the store, and the other
-            # renewals land. Said once per job; the keeper calls it off if none lands in time.
-            if attempt.job.id not in self.locked_rows:
-                self.locked_rows.add(attempt.job.id)
-                attempt.log.warning(
-                    "could not renew the lease of job %s (%s): another session holds its row locked (an open "
-                    "transaction); trying again, and its handler is called off if no renewal lands within lease "
-                    "- margin (%s)", attempt.job.id, attempt.job.name, exc.fix,
+            if len(attempts) == 1:
+                answers = [w.driver.heartbeat(attempts[0].claimed.token, w.lease)]
+            else:
+                answers = cast(BatchHeartbeats, w.driver).heartbeat_many([a.claimed.token for a in attempts], w.lease)
+                took = time.monotonic() - began
+                self.renewal_cap = self._sizer.after(
+                    len(attempts), took, RENEWAL_BUDGET * w._lease_s, w.heartbeat_interval,
                 )
-            attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
+        except BackendLocked as exc:
+            for index, attempt in enumerate(attempts):
+                if exc.answers is None or index in exc.locked:
+                    self._locked(attempt, exc)
+                else:
+                    self._answered(attempt, bool(exc.answers[index]), sent, began)
             return
         except Exception:
-            # The keeper calls the handler off if no renewal lands in time (F02); try again soon.
-            w._log_failure("heartbeat", attempt.log)
-            attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
+            w._log_failure("heartbeat", attempts[0].log)
+            retry = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
+            for attempt in attempts:
+                attempt.next_beat = retry
             return
         w._recovered("heartbeat")
+        for attempt, kept in zip(attempts, answers, strict=True):
+            self._answered(attempt, kept, sent, began)
+
+    def _locked(self, attempt: Attempt, exc: BackendLocked) -> None:
+        """Another session holds the job's row: nothing is wrong with the store, and the other
+        renewals land. Said once per job; the keeper calls it off if none lands in time."""
+        w = self._w
+        if attempt.job.id not in self.locked_rows:
+            self.locked_rows.add(attempt.job.id)
+            attempt.log.warning(
+                "could not renew the lease of job %s (%s): another session holds its row locked (an open "
+                "transaction); trying again, and its handler is called off if no renewal lands within lease "
+                "- margin (%s)", attempt.job.id, attempt.job.name, exc.fix,
+            )
+        attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
+
+    def _answered(self, attempt: Attempt, kept: bool, sent: float, began: float) -> None:
+        """The store answered the renewal sent at ``sent`` (the worker's timer; ``began`` on the
+        monotonic clock): on ``False`` the lease is lost, else its local deadline moves and its
+        concurrency slot is renewed. The next renewal is due ``heartbeat_interval`` after this
+        one was sent, not answered: the lease runs from the sending, and on a slow store a
+        round's own length would otherwise stretch every lease's renewals apart by as much."""
+        w = self._w
         if self.locked_rows:
             self.locked_rows.discard(attempt.job.id)
-        attempt.next_beat = time.monotonic() + w.heartbeat_interval
+        attempt.next_beat = began + w.heartbeat_interval
         if not kept:
             if attempt.status in TO_SETTLE:
                 # Its settle is in flight and may have just landed (a settled token no
@@ -211,12 +288,13 @@ class Leases:
             return
         attempt.renewed_at = max(attempt.renewed_at, sent)
         if attempt.slot_key is not None:
+            leases = w.driver.leases
             try:
-                if not driver.leases.renew(attempt.slot_key, attempt.slot_holder, w.lease):
+                if not leases.renew(attempt.slot_key, attempt.slot_holder, w.lease):
                     # The slot lapsed (a long pause); take it again if room remains, else run on.
                     assert attempt.handle is not None
                     assert attempt.handle.concurrency is not None
-                    driver.leases.acquire(attempt.slot_key, attempt.handle.concurrency, attempt.slot_holder, w.lease)
+                    leases.acquire(attempt.slot_key, attempt.handle.concurrency, attempt.slot_holder, w.lease)
             except Exception:
                 attempt.log.warning("could not renew concurrency slot %s", attempt.slot_key, exc_info=True)
 

@@ -60,7 +60,7 @@ def test_construction_and_from_url_do_no_io_and_close_cleanly() -> None:
     assert driver.auto_migrate
     assert driver._client.options.pool_options.max_pool_size == 3
     assert driver._jobs.full_name == "app.jobcore_jobs"
-    assert driver.capabilities == frozenset({"shared_store", "ack_landed_only", "deferred_start"})
+    assert driver.capabilities == frozenset({"shared_store", "ack_landed_only", "deferred_start", "heartbeat_many"})
     assert driver.url == NOWHERE
 
     async def use() -> str:

@@ -19,8 +19,9 @@ Budgets (they are what ``docs/benchmarks.md`` lists beside PostgreSQL's statemen
   settle marks), B documents written; of one job: 1 round trip, 1 document;
 * so a claimed-and-acked job costs ``(B + 3) / B`` round trips for B > 1 (3 at B = 1) and 2
   documents written;
-* ``start`` of B held claims: 1 round trip, B documents; ``heartbeat``, ``progress`` and
-  ``nack``: 1 round trip and 1 document each.
+* ``start`` of B held claims and ``heartbeat_many`` of B leases: 1 round trip, B documents
+  (one more round trip, a read, when only some of the tokens are current); ``heartbeat``,
+  ``progress`` and ``nack``: 1 round trip and 1 document each.
 
 A change that adds a round trip per job, or writes a document twice, fails here. The
 clock is the test's manual clock: the driver's default clock reads the server's time with
@@ -184,8 +185,8 @@ def test_a_stale_ack_in_a_batch_writes_nothing_and_costs_nothing_extra(counted: 
 
 
 def test_start_of_held_claims_heartbeat_and_nack(counted: tuple[MongoDriver, Listener], clock: ManualClock) -> None:
-    """start of B held claims: one bulk update writing B documents; heartbeat, progress and
-    nack one round trip and one document each."""
+    """start of B held claims and heartbeat_many of B leases: one bulk update writing B
+    documents each; heartbeat, progress and nack one round trip and one document each."""
     driver, listener = counted
     driver.enqueue_many([{"name": "budget", "payload": {"n": i}} for i in range(4)])
     claimed = driver.claim(["default"], worker_id="w-budget", limit=4, lease=60, start=False).claimed
@@ -195,6 +196,9 @@ def test_start_of_held_claims_heartbeat_and_nack(counted: tuple[MongoDriver, Lis
     clock.advance(seconds=5)  # so the heartbeat moves the lease (an unchanged document is not written)
     assert driver.heartbeat(claimed[0].token, 60)
     assert _cost(listener.take()) == (["update"], 1)
+    clock.advance(seconds=5)
+    assert driver.heartbeat_many([c.token for c in claimed], 60) == [True] * 4
+    assert _cost(listener.take()) == (["update"], 4)
     assert driver.progress(claimed[0].token, 0.5, "half")
     assert _cost(listener.take()) == (["update"], 1)
     assert driver.nack(claimed[1].token, "boom") is not None

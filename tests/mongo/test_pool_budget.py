@@ -65,7 +65,7 @@ def test_a_pool_size_in_the_url_that_is_not_an_int_is_refused() -> None:
     ids=["standalone", "rs-3.6", "rs-4.0", "mongos-4.0", "mongos-4.2", "no-version"],
 )
 def test_capabilities_follow_topology_and_version(hello: dict[str, Any], extra: set[str]) -> None:
-    base = {"shared_store", "ack_landed_only", "deferred_start", "dependencies"}
+    base = {"shared_store", "ack_landed_only", "deferred_start", "dependencies", "heartbeat_many"}
     assert capabilities_of(hello) == frozenset(base | extra)
 
 

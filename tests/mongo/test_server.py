@@ -199,7 +199,9 @@ def test_standalone_server_offers_no_notify_or_transactions(standalone: str, clo
     """On a standalone server: no notify, no transactional enqueue, a silent subscription; jobs and wait still work."""
     with MongoClient(standalone) as client:
         driver = MongoDriver(client, database="jc_standalone", clock=clock, auto_migrate=True)
-        assert driver.capabilities == frozenset({"shared_store", "ack_landed_only", "deferred_start", "dependencies"})
+        assert driver.capabilities == frozenset(
+            {"shared_store", "ack_landed_only", "deferred_start", "dependencies", "heartbeat_many"}
+        )
         fired: list[str] = []
         driver.subscribe(["default"], fired.append).close()
         with client.start_session() as session:

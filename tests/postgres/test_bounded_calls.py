@@ -68,6 +68,7 @@ _CALLS: dict[str, Callable[[PostgresDriver, Any], Any]] = {
     "enqueue_many": lambda d, t: d.enqueue_many([{"name": "c"}] * 3),
     "start": lambda d, t: d.start([t]),
     "heartbeat": lambda d, t: d.heartbeat(t, 30),
+    "heartbeat_many": lambda d, t: d.heartbeat_many([t, t], 30),
     "ack": lambda d, t: d.ack(t),
     "nack": lambda d, t: d.nack(t, "x"),
     "get": lambda d, t: d.introspect.get("1"),

@@ -6,7 +6,7 @@ every worker call on that row until the statement timeout (9 s by default): a he
 the worker's whole ack batch with it, so one locked job made a worker's other jobs lapse and
 run again (510 completed jobs ran twice in ``tests/faults/test_row_lock.py``'s scenario).
 
-Now the worker verbs (heartbeat, progress, start, ack, ack_many, nack) wait at most
+Now the worker verbs (heartbeat, heartbeat_many, progress, start, ack, ack_many, nack) wait at most
 ``SETTLE_LOCK_WAIT`` on such a row and answer ``JC_DB_LOCKED``, nothing of that job changed;
 a batch carries out its other items first and says which were locked.
 """
@@ -159,6 +159,24 @@ def test_a_start_batch_with_one_locked_row_starts_the_others(slow_driver: Any, p
         assert (answer.answers, answer.locked) == ([True, True, False], (2,))
         assert [driver.introspect.get(c.job.id).attempt for c in held] == [1, 1, 0]
     assert driver.start([held[2].token]) == [True]
+
+
+def test_a_heartbeat_batch_with_one_locked_row_renews_the_others(slow_driver: Any, pg_url: str) -> None:
+    """The batch renews every free row at once and names the locked one, whose lease stays as it was."""
+    driver = slow_driver
+    claimed = _claimed(driver, 3)
+    before = [driver.introspect.get(c.job.id).lease_expires_at for c in claimed]
+    with row_locked(pg_url, driver, claimed[0].job.id):
+        answer, took = timed(lambda: driver.heartbeat_many([c.token for c in claimed], timedelta(minutes=10)))
+        assert took < WAIT_BOUND, f"the batch waited {took:.1f}s on one locked row"
+        assert isinstance(answer, BackendLocked), answer
+        assert (answer.answers, answer.locked) == ([False, True, True], (0,))
+        assert "the rows of 1 of the batch's jobs locked" in answer.cause
+        assert f"job {claimed[0].job.id} not renewed" in answer.cause
+        after = [driver.introspect.get(c.job.id).lease_expires_at for c in claimed]
+        assert after[0] == before[0]
+        assert all(late - early > timedelta(minutes=5) for early, late in zip(before[1:], after[1:], strict=True))
+    assert driver.heartbeat_many([claimed[0].token], LEASE) == [True]
 
 
 def test_a_short_lock_is_waited_for_not_reported(slow_driver: Any, pg_url: str) -> None:

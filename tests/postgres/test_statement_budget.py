@@ -16,7 +16,7 @@ Budgets reached in issue 7:
   on a job it did not run);
 * ``enqueue`` is one statement (``ENQUEUE_ONE`` without a key), ``enqueue_many`` one per
   call whatever its size (``ENQUEUE_MANY`` when no item has a key); ``nack`` and
-  ``heartbeat`` one each;
+  ``heartbeat`` one each, ``heartbeat_many`` one per batch;
 * the worker sends nothing per job but its claims, its batched starts (when it holds
   claims) and its batched acks.
 """
@@ -206,6 +206,16 @@ def test_nack_and_heartbeat_are_one_statement_each(counted: tuple[PostgresDriver
     assert driver.nack(token, "boom") is not None
     assert sent.take() == ["HEARTBEAT", "NACK"]
     assert sent.setups <= Verbs.MOST_SETUPS
+
+
+def test_a_batch_of_heartbeats_is_one_statement(counted: tuple[PostgresDriver, Recorder]) -> None:
+    driver, _ = counted
+    sent = Verbs(counted)
+    driver.enqueue_many([{"name": "budget"}] * 50)
+    tokens = [c.token for c in driver.claim(["default"], worker_id="w-budget", limit=50, lease=60).claimed]
+    sent.take()
+    assert driver.heartbeat_many(tokens, 60) == [True] * 50
+    assert sent.take() == ["HEARTBEAT_MANY"]
 
 
 def test_the_worker_sends_only_claims_and_batched_acks(counted: tuple[PostgresDriver, Recorder]) -> None:

@@ -249,10 +249,10 @@ WHERE j.name = %(name)s AND j.key = %(key)s AND j.state IN {LIVE}
 # --- claim and settle -----------------------------------------------------------------
 
 SETTLE_LOCK_WAIT: Final = "100ms"
-"""How long a worker's call on a job's row (heartbeat, progress, start, ack, nack) waits for
-a row lock another session holds: an open transaction that locked the row (an operator's
-``SELECT ... FOR UPDATE`` in psql, a bulk ``UPDATE`` of the table) would otherwise hold the
-call, and a worker's every other settle or heartbeat behind it, for up to the statement
+"""How long a worker's call on a job's row (heartbeat, heartbeat_many, progress, start, ack,
+nack) waits for a row lock another session holds: an open transaction that locked the row (an
+operator's ``SELECT ... FOR UPDATE`` in psql, a bulk ``UPDATE`` of the table) would otherwise
+hold the call, and a worker's every other settle or heartbeat behind it, for up to the statement
 timeout. Past it the server answers ``LockNotAvailable`` (``JC_DB_LOCKED``); a batch then lands
 its other items (:data:`_FREE_IDS`). Our own fleet holds a row for a statement's length only.
 The bound covers every row lock the statement waits for, the children's rows that the settle
@@ -369,6 +369,25 @@ WHERE {_BOUNDED_WAIT}
   AND j.id = %(id)s AND j.state = {_RUNNING} AND j.worker_id = %(worker)s AND j.claim_no = %(claim_no)s
 RETURNING j.id
 """)
+
+    HEARTBEAT_MANY = Sql(f"""
+UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms("lease_ms")}
+FROM {_TOKENS}
+WHERE {_FENCED}
+RETURNING t.ord
+""")
+    """:data:`HEARTBEAT` for a batch of tokens in one statement (items as :data:`START` takes
+    them): a worker holding hundreds of jobs renews them in one round trip. It sets
+    ``lease_expires_at``, which the partial index of running rows orders by, so it is no HOT
+    update, as the one-token statement is not."""
+
+    HEARTBEAT_MANY_FREE = Sql(f"""
+UPDATE {{jobs}} AS j SET lease_expires_at = {NOW} + {ms("lease_ms")}
+FROM {_TOKENS}
+WHERE {_FENCED_FREE}
+RETURNING t.ord
+""")
+    """:data:`HEARTBEAT_MANY` passing over the rows another session holds (:data:`_FREE_IDS`)."""
 
     PROGRESS = Sql(f"""
 UPDATE {{jobs}} AS j SET progress = jsonb_build_object(
