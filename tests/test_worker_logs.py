@@ -8,6 +8,7 @@ worker logs one INFO line of what it did.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -254,6 +255,22 @@ class _FarAway(MemoryDriver):
         return super().heartbeat_many(tokens, lease)
 
 
+class _SlowerThanTheInterval(MemoryDriver):
+    """A store that takes 30 ms to answer a renewal: three heartbeat intervals of 10 ms."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[float, float]] = []  # (sent, answered) of every renewal call
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        sent = time.monotonic()
+        time.sleep(0.03)
+        try:
+            return super().heartbeat(*args, **kwargs)
+        finally:
+            self.calls.append((sent, time.monotonic()))
+
+
 def _hold(
     driver: MemoryDriver, caplog: pytest.LogCaptureFixture, *, until: str | None, jobs: int = 20,
 ) -> tuple[Worker, list[str]]:
@@ -346,3 +363,29 @@ def test_on_a_store_slow_per_lease_renewal_calls_shrink_to_a_tenth_of_the_lease(
     assert driver.batches[0] == FIRST_RENEWAL_BATCH
     assert len(driver.batches) > 5
     assert max(driver.batches[1:]) <= 3, driver.batches
+
+
+def test_a_renewal_slower_than_the_interval_is_not_sent_again_the_moment_it_is_answered() -> None:
+    """A 10 ms heartbeat interval against a store that answers in 30 ms: the next renewal of
+    the lease waits the interval after the answer. Sent back to back, the job's row would be
+    written without a pause for as long as it runs, and its settle would meet that write (on
+    the MongoDB-wire test server a write conflict, retried until the scenario gave up)."""
+    driver, registry = _SlowerThanTheInterval(), Registry()
+
+    @registry.job(name="short")
+    def short(payload: int) -> None:
+        time.sleep(0.4)
+
+    job = short.enqueue(1, driver=driver)
+    worker = Worker(["default"], driver=driver, registry=registry, lease=1, heartbeat_interval=0.01,
+                    poll_interval=0.01, rescue_interval=None, summary_interval=None).start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and driver.introspect.get(job.id).state is not JobState.DONE:
+            time.sleep(0.01)
+    finally:
+        worker.stop(2.0)
+    assert driver.introspect.get(job.id).state is JobState.DONE
+    assert len(driver.calls) >= 5  # renewed all the while it ran
+    pauses = [later[0] - earlier[1] for earlier, later in itertools.pairwise(driver.calls)]
+    assert min(pauses) >= 0.008, [round(p, 4) for p in pauses]  # the interval, give or take the timer

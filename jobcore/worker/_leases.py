@@ -240,11 +240,12 @@ class Leases:
                     len(attempts), took, RENEWAL_BUDGET * w._lease_s, w.heartbeat_interval,
                 )
         except BackendLocked as exc:
+            answered = time.monotonic()
             for index, attempt in enumerate(attempts):
                 if exc.answers is None or index in exc.locked:
                     self._locked(attempt, exc)
                 else:
-                    self._answered(attempt, bool(exc.answers[index]), sent, began)
+                    self._answered(attempt, bool(exc.answers[index]), sent, answered)
             return
         except Exception:
             w._log_failure("heartbeat", attempts[0].log)
@@ -253,8 +254,9 @@ class Leases:
                 attempt.next_beat = retry
             return
         w._recovered("heartbeat")
+        answered = time.monotonic()
         for attempt, kept in zip(attempts, answers, strict=True):
-            self._answered(attempt, kept, sent, began)
+            self._answered(attempt, kept, sent, answered)
 
     def _locked(self, attempt: Attempt, exc: BackendLocked) -> None:
         """Another session holds the job's row: nothing is wrong with the store, and the other
@@ -269,16 +271,18 @@ class Leases:
             )
         attempt.next_beat = time.monotonic() + min(w.heartbeat_interval, RETRY_CAP)
 
-    def _answered(self, attempt: Attempt, kept: bool, sent: float, began: float) -> None:
-        """The store answered the renewal sent at ``sent`` (the worker's timer; ``began`` on the
-        monotonic clock): on ``False`` the lease is lost, else its local deadline moves and its
-        concurrency slot is renewed. The next renewal is due ``heartbeat_interval`` after this
-        one was sent, not answered: the lease runs from the sending, and on a slow store a
-        round's own length would otherwise stretch every lease's renewals apart by as much."""
+    def _answered(self, attempt: Attempt, kept: bool, sent: float, answered: float) -> None:
+        """The store answered the renewal sent at ``sent`` (the worker's timer), at ``answered``
+        (the monotonic clock): on ``False`` the lease is lost, else its local deadline moves and
+        its concurrency slot is renewed. The next renewal is due ``heartbeat_interval`` after
+        this answer, not after the sending: on a store slower per call than the interval, a
+        lease renewed again as soon as it was answered would keep its row written without a
+        pause, and the job's own settle would meet that write (a write conflict on the MongoDB
+        stand-in) time after time."""
         w = self._w
         if self.locked_rows:
             self.locked_rows.discard(attempt.job.id)
-        attempt.next_beat = began + w.heartbeat_interval
+        attempt.next_beat = answered + w.heartbeat_interval
         if not kept:
             if attempt.status in TO_SETTLE:
                 # Its settle is in flight and may have just landed (a settled token no
